@@ -1,0 +1,51 @@
+# outpost — the two set-up commands are `make demo` and `make test`.
+# Everything a test needs is installed here: a virtual environment with the project and its
+# dev extras, and (when run as root) the Debian packages the tests drive as real peers.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DEBIAN_PACKAGES := mosquitto mosquitto-clients socat
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint typecheck unit soak bench system-packages clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); \
+	  else echo "python3 -m venv failed: install python3-venv" >&2; exit 1; fi; }
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+system-packages:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else echo "not root: tests needing$$missing will be skipped (sudo make system-packages)" >&2; fi
+
+demo: $(STAMP)
+	$(VENV)/bin/outpost demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test: $(STAMP) system-packages lint typecheck
+	$(PY) -m pytest -q
+
+soak: $(STAMP) system-packages
+	$(PY) -m pytest -q -m soak
+
+bench: $(STAMP) system-packages
+	$(PY) bench/compare.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,191 @@
+"""Rolling, atomically committed bronze files (gzipped JSON lines).
+
+How this works: the writer keeps at most one *open* file. Records are streamed into a hidden
+temporary file ``.part-….json.gz.tmp`` inside their partition directory
+``<root>/bronze/ingest_date=YYYY-MM-DD/ingest_hour=HH/`` (Spark ignores names starting with
+``.``). Each appended record carries an opaque *token* (the lander uses the MQTT packet id).
+
+:meth:`BronzeWriter.commit` makes the open file durable and visible in this order:
+
+1. close the gzip stream (writes the trailer), flush, ``fsync`` the file;
+2. ``rename`` it to its final name ``part-<first ingest ms>-<lander>-<run>-<n>.json.gz``;
+3. ``fsync`` the partition directory, so the rename itself survives a power cut.
+
+Only then are the tokens of the records in that file returned, and only then may the caller
+acknowledge them. A crash at any point before step 3 leaves at worst a temp file that is
+never read, and the unacknowledged messages are redelivered by the broker; a crash after
+step 3 but before the acks reach the broker leaves duplicates, which ``silver`` removes.
+
+A file is rolled (committed) when its uncompressed size reaches ``roll_bytes``, when its
+first record is older than ``roll_seconds``, or when the next record belongs to another
+ingest hour (a file never spans two partitions). Newly created directories are fsynced into
+their parent. Leftover temp files of an earlier run of the same lander are removed by
+:meth:`BronzeWriter.remove_stale_temp_files`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Generic, TypeVar
+
+from cloud_spark import contract as c
+from cloud_spark.records import partition_dir
+
+T = TypeVar("T")
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text) or "lander"
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so that entries created or renamed in it are durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs_durable(path: Path) -> None:
+    """``mkdir -p`` that fsyncs the parent of every directory it creates."""
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue
+        fsync_dir(directory.parent)
+
+
+@dataclass
+class Committed(Generic[T]):
+    """A bronze file made durable, and the tokens of the records it holds."""
+
+    path: Path
+    records: int
+    tokens: list[T]
+
+
+@dataclass
+class _OpenFile(Generic[T]):
+    partition: str
+    temp_path: Path
+    final_path: Path
+    raw: BinaryIO
+    gz: gzip.GzipFile
+    opened_at: float
+    bytes: int = 0
+    tokens: list[T] = field(default_factory=list)
+
+
+class BronzeWriter(Generic[T]):
+    """Append records to rolling bronze files; :meth:`commit` returns what may be acked."""
+
+    def __init__(
+        self,
+        root: Path,
+        lander_id: str,
+        *,
+        roll_bytes: int = 8 * 1024 * 1024,
+        roll_seconds: float = 5.0,
+        compresslevel: int = 6,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.bronze = Path(root) / c.BRONZE_DIR
+        self.lander = _safe_name(lander_id)
+        self.run = uuid.uuid4().hex[:8]
+        self.roll_bytes = roll_bytes
+        self.roll_seconds = roll_seconds
+        self.compresslevel = compresslevel
+        self.clock = clock
+        self._counter = 0
+        self._open: _OpenFile[T] | None = None
+
+    @property
+    def pending(self) -> int:
+        """Records appended to the open file and not yet committed."""
+        return len(self._open.tokens) if self._open else 0
+
+    def remove_stale_temp_files(self) -> int:
+        """Delete temp files left by a killed earlier run of this lander; return how many."""
+        if not self.bronze.exists():
+            return 0
+        mine = re.compile(
+            rf"\.part-\d+-{re.escape(self.lander)}-[0-9a-f]{{8}}-\d+{re.escape(c.BRONZE_SUFFIX)}\.tmp"
+        )
+        removed = 0
+        for path in self.bronze.glob("*/*/.part-*.tmp"):
+            if mine.fullmatch(path.name):
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
+    def append(self, line: bytes, ingest_ms: int, token: T) -> list[Committed[T]]:
+        """Append one encoded record; returns the file committed first, if any.
+
+        The open file is committed before the record when the record belongs to another
+        ingest hour.
+        """
+        done: list[Committed[T]] = []
+        partition = partition_dir(ingest_ms)
+        if self._open is not None and self._open.partition != partition:
+            committed = self.commit()
+            if committed is not None:
+                done.append(committed)
+        if self._open is None:
+            self._open = self._start(partition, ingest_ms)
+        self._open.gz.write(line)
+        self._open.bytes += len(line)
+        self._open.tokens.append(token)
+        return done
+
+    def due(self) -> bool:
+        """True when the open file reached its size or age limit."""
+        if self._open is None:
+            return False
+        if self._open.bytes >= self.roll_bytes:
+            return True
+        return self.clock() - self._open.opened_at >= self.roll_seconds
+
+    def commit(self) -> Committed[T] | None:
+        """Make the open file durable and visible (see module docstring); None if none open."""
+        open_file, self._open = self._open, None
+        if open_file is None:
+            return None
+        open_file.gz.close()
+        open_file.raw.flush()
+        os.fsync(open_file.raw.fileno())
+        open_file.raw.close()
+        os.rename(open_file.temp_path, open_file.final_path)
+        fsync_dir(open_file.final_path.parent)
+        return Committed(open_file.final_path, len(open_file.tokens), open_file.tokens)
+
+    def abort(self) -> None:
+        """Drop the open file without committing it (its records were never acked)."""
+        open_file, self._open = self._open, None
+        if open_file is not None:
+            open_file.gz.close()
+            open_file.raw.close()
+            open_file.temp_path.unlink(missing_ok=True)
+
+    def _start(self, partition: str, ingest_ms: int) -> _OpenFile[T]:
+        directory = self.bronze / partition
+        make_dirs_durable(directory)
+        self._counter += 1
+        name = f"part-{ingest_ms}-{self.lander}-{self.run}-{self._counter:06d}{c.BRONZE_SUFFIX}"
+        temp_path = directory / f".{name}.tmp"
+        raw = temp_path.open("wb")
+        gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=self.compresslevel, mtime=0)
+        return _OpenFile(partition, temp_path, directory / name, raw, gz, self.clock())

@@ -1,0 +1,217 @@
+"""Classify bronze rows by local topic and validate their payloads (pure transforms).
+
+How this works:
+
+* :func:`classify` reads the *local* topic (never the remote one) and adds ``kind``,
+  ``device`` and ``point``: ``<prefix>/<device>/status`` → status,
+  ``<prefix>/<device>/diagnostics`` → device diagnostics, ``<prefix>/<device>/<point>`` →
+  point, the uplink diagnostics topic → uplink, anything else → unknown.
+* :func:`parse_payloads` decodes the payload text (UTF-8 or base64), parses JSON payloads
+  once into a Spark VARIANT (``try_parse_json``) and validates each field of the kind's
+  contract with ``schema_of_variant``: a JSON number is not a string that looks like one, a
+  missing field is not an explicit ``null``. Typed columns are extracted with
+  ``try_variant_get`` (never throws under ANSI mode) and ``reason`` holds the first problem
+  found, or null when the row is good.
+
+Reasons (the ``reason`` column of the quarantine table): ``corrupt_bronze``, ``missing_id``,
+``missing_topic``, ``unknown_topic``, ``invalid_payload_encoding``, ``invalid_json``,
+``not_an_object``, ``missing_field:<f>``, ``wrong_type:<f>``, ``invalid_value:<f>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from cloud_spark import contract as c
+
+KIND_POINT = "point"
+KIND_STATUS = "status"
+KIND_DEVICE_DIAGNOSTICS = "device_diagnostics"
+KIND_UPLINK_DIAGNOSTICS = "uplink_diagnostics"
+KIND_UNKNOWN = "unknown"
+JSON_KINDS = (KIND_POINT, KIND_DEVICE_DIAGNOSTICS, KIND_UPLINK_DIAGNOSTICS)
+
+#: event times outside [2000-01-01, 2100-01-01) are rejected (catches seconds-vs-ms bugs)
+MIN_EVENT_MS = 946_684_800_000
+MAX_EVENT_MS = 4_102_444_800_000
+
+INT_TYPES = ("BIGINT", "INT", "SMALLINT", "TINYINT")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One payload field: name, accepted kind (int/number/string/bool/scalar), rules."""
+
+    name: str
+    kind: str
+    required: bool = True
+    nullable: bool = False
+
+
+POINT_SPEC = (
+    FieldSpec("ts", "int"),
+    FieldSpec("value", "scalar", nullable=True),
+    FieldSpec("quality", "string"),
+    FieldSpec("unit", "string", required=False, nullable=True),
+)
+DEVICE_DIAGNOSTICS_SPEC = (
+    FieldSpec("ts", "int"),
+    FieldSpec("requests", "int"),
+    FieldSpec("timeouts", "int"),
+    FieldSpec("crc_errors", "int"),
+    FieldSpec("exceptions", "int"),
+    FieldSpec("stale_frames", "int"),
+    FieldSpec("latency_ms", "number", nullable=True),
+)
+UPLINK_DIAGNOSTICS_SPEC = (
+    FieldSpec("ts", "int"),
+    FieldSpec("connected", "bool"),
+    FieldSpec("backlog_messages", "int"),
+    FieldSpec("backlog_bytes", "int"),
+    FieldSpec("oldest_age_s", "number", nullable=True),
+    FieldSpec("dropped", "int"),
+)
+SPECS = {
+    KIND_POINT: POINT_SPEC,
+    KIND_DEVICE_DIAGNOSTICS: DEVICE_DIAGNOSTICS_SPEC,
+    KIND_UPLINK_DIAGNOSTICS: UPLINK_DIAGNOSTICS_SPEC,
+}
+
+
+def classify(
+    df: DataFrame,
+    prefix: str = c.DEFAULT_DEVICE_PREFIX,
+    uplink_topic: str = c.UPLINK_DIAGNOSTICS_TOPIC,
+) -> DataFrame:
+    """Add ``kind``, ``device`` and ``point`` from ``local_topic``."""
+    pattern = f"^\\Q{prefix}\\E/([^/]+)/([^/]+)$"
+    topic = F.col("local_topic")
+    matched = topic.rlike(pattern)
+    leaf = F.regexp_extract(topic, pattern, 2)
+    kind = (
+        F.when(topic == F.lit(uplink_topic), KIND_UPLINK_DIAGNOSTICS)
+        .when(matched & (leaf == c.STATUS_LEAF), KIND_STATUS)
+        .when(matched & (leaf == c.DIAGNOSTICS_LEAF), KIND_DEVICE_DIAGNOSTICS)
+        .when(matched, KIND_POINT)
+        .otherwise(KIND_UNKNOWN)
+    )
+    device = F.when(matched & (topic != F.lit(uplink_topic)), F.regexp_extract(topic, pattern, 1))
+    return df.withColumns(
+        {"kind": kind, "device": device, "point": F.when(kind == KIND_POINT, leaf)}
+    )
+
+
+def _payload_text() -> Column:
+    """The payload as text: as-is for utf8, decoded for base64, null if undecodable."""
+    encoding = F.col("payload_encoding")
+    decoded = F.try_validate_utf8(F.try_to_binary(F.col("payload"), F.lit("base64")).cast("string"))
+    return F.when(encoding == c.ENCODING_UTF8, F.col("payload")).when(
+        encoding == c.ENCODING_BASE64, decoded
+    )
+
+
+def _field(name: str) -> Column:
+    return F.try_variant_get(F.col("_v"), f"$.{name}", "variant")
+
+
+def _type_ok(type_col: Column, kind: str) -> Column:
+    numeric = type_col.isin("DOUBLE", "FLOAT", *INT_TYPES) | type_col.startswith("DECIMAL")
+    return {
+        "int": type_col.isin(*INT_TYPES),
+        "number": numeric,
+        "string": type_col == "STRING",
+        "bool": type_col == "BOOLEAN",
+        "scalar": numeric | type_col.isin("STRING", "BOOLEAN"),
+    }[kind]
+
+
+def _field_reason(spec: FieldSpec) -> Column:
+    """The first problem with one field, or null."""
+    type_col = F.col(f"_t_{spec.name}")
+    missing = type_col.isNull()
+    is_null = type_col == "VOID"
+    reason = F.when(missing, F.lit(f"missing_field:{spec.name}") if spec.required else None)
+    reason = reason.when(is_null, None if spec.nullable else F.lit(f"wrong_type:{spec.name}"))
+    return reason.when(~_type_ok(type_col, spec.kind), F.lit(f"wrong_type:{spec.name}"))
+
+
+def _kind_reason(kind: str) -> Column:
+    """First field problem of a JSON kind, then value-range problems."""
+    checks = [_field_reason(spec) for spec in SPECS[kind]]
+    ts = F.try_variant_get(F.col("_v"), "$.ts", "bigint")
+    checks.append(
+        F.when((ts < MIN_EVENT_MS) | (ts >= MAX_EVENT_MS), F.lit("invalid_value:ts"))
+    )
+    if kind == KIND_POINT:
+        quality = F.try_variant_get(F.col("_v"), "$.quality", "string")
+        checks.append(F.when(~quality.isin(*c.QUALITIES), F.lit("invalid_value:quality")))
+    return F.coalesce(*checks)
+
+
+def _get(name: str, sql_type: str) -> Column:
+    return F.try_variant_get(F.col("_v"), f"$.{name}", sql_type)
+
+
+def parse_payloads(classified: DataFrame) -> DataFrame:
+    """Validate payloads of classified rows; add ``reason`` and the typed payload columns."""
+    kind = F.col("kind")
+    has_id = F.col("gateway").isNotNull() & F.col("epoch").isNotNull() & F.col("seq").isNotNull()
+    text = _payload_text()
+    stage = classified.withColumn("_text", text).withColumn(
+        "_v", F.when(kind.isin(*JSON_KINDS), F.try_parse_json(F.col("_text")))
+    )
+    names = sorted({spec.name for specs in SPECS.values() for spec in specs})
+    stage = stage.withColumns(
+        {f"_t_{name}": F.schema_of_variant(_field(name)) for name in names}
+    ).withColumn("_obj", F.schema_of_variant(F.col("_v")).startswith("OBJECT"))
+    status_text = F.trim(F.col("_text"))
+    json_reason = (
+        F.when(F.col("_v").isNull(), F.lit("invalid_json"))
+        .when(~F.col("_obj"), F.lit("not_an_object"))
+        .when(kind == KIND_POINT, _kind_reason(KIND_POINT))
+        .when(kind == KIND_DEVICE_DIAGNOSTICS, _kind_reason(KIND_DEVICE_DIAGNOSTICS))
+        .otherwise(_kind_reason(KIND_UPLINK_DIAGNOSTICS))
+    )
+    reason = (
+        F.when(F.col("_corrupt_record").isNotNull(), F.lit("corrupt_bronze"))
+        .when(~has_id, F.lit("missing_id"))
+        .when(F.col("local_topic").isNull(), F.lit("missing_topic"))
+        .when(kind == KIND_UNKNOWN, F.lit("unknown_topic"))
+        .when(F.col("_text").isNull(), F.lit("invalid_payload_encoding"))
+        .when(kind == KIND_STATUS, F.when(~status_text.isin(*c.STATUSES), "invalid_value:status"))
+        .otherwise(json_reason)
+    )
+    value_type = F.col("_t_value")
+    is_number = _type_ok(value_type, "number")
+    is_bool = value_type == "BOOLEAN"
+    parsed = stage.withColumn("reason", reason).withColumns(
+        {
+            "ts": _get("ts", "bigint"),
+            "value_num": F.when(is_number, _get("value", "double")).when(
+                is_bool, F.when(_get("value", "boolean"), 1.0).otherwise(0.0)
+            ),
+            "value_str": F.when(value_type.isin("STRING", "BOOLEAN"), _get("value", "string")),
+            "value_type": F.when(is_number, "number")
+            .when(is_bool, "bool")
+            .when(value_type == "STRING", "string")
+            .when(value_type == "VOID", "null"),
+            "unit": _get("unit", "string"),
+            "quality": _get("quality", "string"),
+            "status_value": F.when(kind == KIND_STATUS, status_text),
+            **{
+                name: _get(name, "bigint")
+                for name in ("requests", "timeouts", "crc_errors", "exceptions", "stale_frames")
+            },
+            "latency_ms": _get("latency_ms", "double"),
+            "connected": _get("connected", "boolean"),
+            "backlog_messages": _get("backlog_messages", "bigint"),
+            "backlog_bytes": _get("backlog_bytes", "bigint"),
+            "oldest_age_s": _get("oldest_age_s", "double"),
+            "dropped": _get("dropped", "bigint"),
+        }
+    )
+    helpers = ["_text", "_v", "_obj", *(f"_t_{name}" for name in names)]
+    return parsed.drop(*helpers)

@@ -1,0 +1,253 @@
+"""The lander: subscribe to the cloud broker and write every message to bronze, losslessly.
+
+How this works:
+
+* One aiomqtt client (MQTT 5) with a **persistent session**: ``clean_start=False`` and a
+  Session Expiry Interval, so the broker queues QoS 1 messages while the lander is down.
+  Subscriptions are QoS 1, optionally ``$share/<group>/<filter>`` so that several landers
+  split the load.
+* **Deferred acknowledgements.** aiomqtt 2.x has no public manual-ack API (upstream issue
+  empicano/aiomqtt#345, draft PR #346). The paho-mqtt client underneath does:
+  ``manual_ack_set(True)`` stops paho from sending PUBACK when a message arrives, and
+  ``ack(mid, qos)`` sends it later. We switch it on before connecting (so even messages the
+  broker replays right after CONNACK are held) through ``client._client`` and keep that
+  access in :func:`_paho` only. A message is acked only after :meth:`BronzeWriter.commit`
+  returned the file holding it, i.e. after fsync + rename + directory fsync. PUBACKs go out
+  in arrival order, as MQTT requires.
+* The broker stops sending once ``receive_maximum`` messages are unacknowledged (MQTT 5
+  Receive Maximum, sent in CONNECT), so the lander also commits when that many are pending.
+* A file is also committed when it is big or old enough (checked on every message and by a
+  ticker), or when the ingest hour changes.
+* Connection lost: the open file is committed (its records are duplicates-to-be, harmless)
+  but its messages are *not* acked: packet ids belong to the dead connection and the broker
+  redelivers them. Each connection gets a fresh aiomqtt client, so no stale message ever
+  reaches the new connection. Reconnects back off exponentially.
+* SIGTERM / SIGINT: commit the open file, ack it, disconnect cleanly (the session stays),
+  exit 0. SIGKILL loses nothing either: uncommitted messages were never acked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from cloud_spark.bronze_writer import BronzeWriter, Committed
+from cloud_spark.records import bronze_record, encode_record
+
+log = logging.getLogger("cloud_spark.lander")
+
+#: an ack token: (connection number, MQTT packet id, QoS)
+Token = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class LanderConfig:
+    """Everything the lander needs; built by the CLI (``python -m cloud_spark land``)."""
+
+    host: str
+    port: int
+    topics: tuple[str, ...]
+    root: Path
+    client_id: str
+    share: str | None = None
+    roll_bytes: int = 8 * 1024 * 1024
+    roll_seconds: float = 5.0
+    receive_maximum: int = 1000
+    session_expiry_s: int = 7 * 24 * 3600
+    keepalive_s: int = 30
+    username: str | None = None
+    password: str | None = None
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_insecure: bool = False
+    reconnect_max_s: float = 30.0
+    compresslevel: int = 6
+
+    def filters(self) -> list[str]:
+        """Subscription filters, wrapped in ``$share/<group>/`` when a share group is set."""
+        if self.share:
+            return [f"$share/{self.share}/{topic}" for topic in self.topics]
+        return list(self.topics)
+
+
+def _tls_context(cfg: LanderConfig) -> ssl.SSLContext | None:
+    if cfg.tls_ca is None and cfg.tls_cert is None and not cfg.tls_insecure:
+        return None
+    context = ssl.create_default_context(cafile=str(cfg.tls_ca) if cfg.tls_ca else None)
+    if cfg.tls_cert is not None:
+        context.load_cert_chain(str(cfg.tls_cert), str(cfg.tls_key) if cfg.tls_key else None)
+    if cfg.tls_insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _paho(client: aiomqtt.Client) -> Any:
+    """The paho client under aiomqtt: the one place that reaches into aiomqtt internals."""
+    return client._client  # noqa: SLF001 - see module docstring (manual acks)
+
+
+def make_client(cfg: LanderConfig) -> aiomqtt.Client:
+    """An MQTT 5 client with a persistent session and manual acknowledgements switched on."""
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = cfg.session_expiry_s
+    props.ReceiveMaximum = cfg.receive_maximum
+    client = aiomqtt.Client(
+        cfg.host,
+        cfg.port,
+        identifier=cfg.client_id,
+        protocol=aiomqtt.ProtocolVersion.V5,
+        clean_start=False,
+        properties=props,
+        keepalive=cfg.keepalive_s,
+        username=cfg.username,
+        password=cfg.password,
+        tls_context=_tls_context(cfg),
+    )
+    _paho(client).manual_ack_set(True)
+    return client
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Lander:
+    """Owns the bronze writer across connections; :meth:`run` until stopped."""
+
+    def __init__(self, cfg: LanderConfig, clock_ms: Callable[[], int] = _now_ms) -> None:
+        self.cfg = cfg
+        self.clock_ms = clock_ms
+        self.writer: BronzeWriter[Token] = BronzeWriter(
+            cfg.root,
+            cfg.client_id,
+            roll_bytes=cfg.roll_bytes,
+            roll_seconds=cfg.roll_seconds,
+            compresslevel=cfg.compresslevel,
+        )
+        self.stop = asyncio.Event()
+        self.connection = 0
+        self.landed = 0
+        self._lock = asyncio.Lock()
+        self._client: aiomqtt.Client | None = None
+
+    async def run(self) -> int:
+        """Land until :attr:`stop` is set; returns the process exit code."""
+        stale = self.writer.remove_stale_temp_files()
+        if stale:
+            log.info("removed %d temp files of an earlier run", stale)
+        delay = 0.5
+        while not self.stop.is_set():
+            try:
+                await self._connection()
+                delay = 0.5
+            except aiomqtt.MqttError as exc:
+                log.warning("connection lost: %s; reconnecting in %.1fs", exc, delay)
+                self._client = None
+                await self._commit(ack=False)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), delay)
+                delay = min(delay * 2, self.cfg.reconnect_max_s)
+        await self._commit(ack=False)
+        log.info("stopped after landing %d messages", self.landed)
+        return 0
+
+    async def _connection(self) -> None:
+        client = make_client(self.cfg)
+        async with client:
+            self.connection += 1
+            self._client = client
+            for topic_filter in self.cfg.filters():
+                await client.subscribe(topic_filter, qos=1)
+            log.info("subscribed %s as %s", ",".join(self.cfg.filters()), self.cfg.client_id)
+            reader = asyncio.create_task(self._read(client), name="lander-read")
+            ticker = asyncio.create_task(self._tick(), name="lander-tick")
+            stopper = asyncio.create_task(self.stop.wait(), name="lander-stop")
+            done, _ = await asyncio.wait(
+                {reader, ticker, stopper}, return_when=asyncio.FIRST_COMPLETED
+            )
+            async with self._lock:  # never cancel a task in the middle of a commit
+                for task in (reader, ticker, stopper):
+                    task.cancel()
+            await asyncio.gather(reader, ticker, stopper, return_exceptions=True)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            await self._commit(ack=True)
+            self._client = None
+
+    async def _read(self, client: aiomqtt.Client) -> None:
+        connection = self.connection
+        async for message in client.messages:
+            ingest_ms = self.clock_ms()
+            props = message.properties
+            user_props = getattr(props, "UserProperty", None) if props is not None else None
+            payload = message.payload
+            record = bronze_record(
+                remote_topic=message.topic.value,
+                payload=payload if isinstance(payload, bytes) else str(payload).encode(),
+                user_properties=user_props,
+                ingest_ms=ingest_ms,
+                lander_id=self.cfg.client_id,
+            )
+            async with self._lock:
+                token = (connection, message.mid, message.qos)
+                for committed in self.writer.append(encode_record(record), ingest_ms, token):
+                    self._acknowledge(committed)
+                if self.writer.due() or self.writer.pending >= self.cfg.receive_maximum:
+                    await self._commit_locked(ack=True)
+
+    async def _tick(self) -> None:
+        interval = max(0.05, min(1.0, self.cfg.roll_seconds / 4))
+        while True:
+            await asyncio.sleep(interval)
+            async with self._lock:
+                if self.writer.due():
+                    await self._commit_locked(ack=True)
+
+    async def _commit(self, *, ack: bool) -> None:
+        async with self._lock:
+            await self._commit_locked(ack=ack)
+
+    async def _commit_locked(self, *, ack: bool) -> None:
+        committed = await asyncio.to_thread(self.writer.commit)
+        if committed is not None and ack:
+            self._acknowledge(committed)
+        elif committed is not None:
+            self.landed += committed.records
+            log.info("committed %s (%d records, not acked)", committed.path, committed.records)
+
+    def _acknowledge(self, committed: Committed[Token]) -> None:
+        """PUBACK every message of a committed file that arrived on the live connection."""
+        self.landed += committed.records
+        client = self._client
+        acked = 0
+        if client is not None:
+            paho = _paho(client)
+            for connection, mid, qos in committed.tokens:
+                if connection == self.connection and qos > 0:
+                    paho.ack(mid, qos)
+                    acked += 1
+        log.info("committed %s (%d records, %d acked)", committed.path, committed.records, acked)
+
+
+async def run_lander(cfg: LanderConfig) -> int:
+    """Run a lander until SIGTERM/SIGINT; returns 0 after a clean flush."""
+    lander = Lander(cfg)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lander.stop.set)
+    return await lander.run()

@@ -1,0 +1,159 @@
+"""Turn one MQTT message received in the cloud into one bronze record (pure functions).
+
+How this works: the lander hands every message it receives to :func:`bronze_record` with the
+remote topic, the payload bytes, the MQTT 5 user properties (if any), the lander's clock and
+its id. The id and metadata are looked up in this order:
+
+1. MQTT 5 user properties ``gateway``/``epoch``/``seq``/``topic``/``received_ms``: the payload
+   is the device payload itself.
+2. A JSON envelope (MQTT 3.1.1 remotes): a JSON object with the envelope keys; the inner
+   payload is unwrapped (``encoding`` ``utf8`` or ``base64``).
+3. Neither: the message is landed as it came, with null id fields; ``silver`` quarantines it
+   (``missing_id``).
+
+Nothing is ever dropped or "repaired" here: an envelope with a wrong type or a bad base64
+payload is landed raw with null ids, so the original bytes stay available in quarantine.
+Payload bytes that are valid UTF-8 are stored as text (``payload_encoding = "utf8"``),
+anything else as base64. The lander must not depend on the remote topic layout: it records
+``remote_topic`` but device and point come later from ``local_topic``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from cloud_spark import contract as c
+
+BronzeRecord = dict[str, Any]
+
+
+def payload_text(data: bytes) -> tuple[str, str]:
+    """Return ``(payload, payload_encoding)``: UTF-8 text when possible, else base64."""
+    try:
+        return data.decode("utf-8"), c.ENCODING_UTF8
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), c.ENCODING_BASE64
+
+
+def _parse_int(value: object) -> int | None:
+    """A decimal int from a user property string or a JSON int (bools are not ints)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value != "" else None
+
+
+def _from_properties(props: dict[str, str]) -> dict[str, Any] | None:
+    """Metadata from MQTT 5 user properties, or None when they carry no message id."""
+    if not any(key in props for key in c.ID_FIELDS):
+        return None
+    return {
+        "gateway": _str_or_none(props.get(c.PROP_GATEWAY)),
+        "epoch": _str_or_none(props.get(c.PROP_EPOCH)),
+        "seq": _parse_int(props.get(c.PROP_SEQ)),
+        "local_topic": _str_or_none(props.get(c.PROP_TOPIC)),
+        "received_ms": _parse_int(props.get(c.PROP_RECEIVED_MS)),
+    }
+
+
+def unwrap_envelope(data: bytes) -> tuple[dict[str, Any], bytes] | None:
+    """Metadata and inner payload bytes of a valid 3.1.1 JSON envelope, else None.
+
+    Valid means: a JSON object with every envelope key, string gateway/epoch/topic, integer
+    seq/received_ms, a known encoding and a payload string that decodes with it.
+    """
+    if not data.startswith(b"{"):
+        return None
+    try:
+        env = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(env, dict) or not all(key in env for key in c.ENVELOPE_KEYS):
+        return None
+    meta = {
+        "gateway": _str_or_none(env[c.PROP_GATEWAY]),
+        "epoch": _str_or_none(env[c.PROP_EPOCH]),
+        "seq": _parse_int(env[c.PROP_SEQ]) if not isinstance(env[c.PROP_SEQ], str) else None,
+        "local_topic": _str_or_none(env[c.PROP_TOPIC]),
+        "received_ms": (
+            _parse_int(env[c.PROP_RECEIVED_MS])
+            if not isinstance(env[c.PROP_RECEIVED_MS], str)
+            else None
+        ),
+    }
+    if any(value is None for value in meta.values()):
+        return None
+    inner, encoding = env[c.ENV_PAYLOAD], env[c.ENV_ENCODING]
+    if not isinstance(inner, str):
+        return None
+    if encoding == c.ENCODING_UTF8:
+        return meta, inner.encode("utf-8")
+    if encoding == c.ENCODING_BASE64:
+        try:
+            return meta, base64.b64decode(inner, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+    return None
+
+
+def bronze_record(
+    *,
+    remote_topic: str,
+    payload: bytes,
+    user_properties: Iterable[tuple[str, str]] | None,
+    ingest_ms: int,
+    lander_id: str,
+) -> BronzeRecord:
+    """Build the bronze record for one received message (see the module docstring)."""
+    meta = _from_properties(dict(user_properties or ()))
+    data = payload
+    if meta is None:
+        unwrapped = unwrap_envelope(payload)
+        if unwrapped is not None:
+            meta, data = unwrapped
+    if meta is None:
+        meta = {"gateway": None, "epoch": None, "seq": None, "local_topic": None}
+        meta["received_ms"] = None
+    text, encoding = payload_text(data)
+    return {
+        "gateway": meta["gateway"],
+        "epoch": meta["epoch"],
+        "seq": meta["seq"],
+        "local_topic": meta["local_topic"],
+        "received_ms": meta["received_ms"],
+        "remote_topic": remote_topic,
+        "payload": text,
+        "payload_encoding": encoding,
+        "ingest_ms": ingest_ms,
+        "lander_id": lander_id,
+    }
+
+
+def encode_record(record: BronzeRecord) -> bytes:
+    """One JSON line (UTF-8, trailing newline) with the fields in contract order."""
+    ordered = {name: record.get(name) for name in c.BRONZE_FIELDS}
+    return (json.dumps(ordered, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+def partition_of(ingest_ms: int) -> tuple[str, str]:
+    """``(ingest_date, ingest_hour)`` partition values (UTC) for an ingest time in ms."""
+    moment = datetime.fromtimestamp(ingest_ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%d"), moment.strftime("%H")
+
+
+def partition_dir(ingest_ms: int) -> str:
+    """Relative partition directory of an ingest time, e.g. ``ingest_date=…/ingest_hour=07``."""
+    day, hour = partition_of(ingest_ms)
+    return f"{c.BRONZE_PARTITIONS[0]}={day}/{c.BRONZE_PARTITIONS[1]}={hour}"

@@ -1,0 +1,302 @@
+"""Explicit Spark schemas of every table the jobs read or write.
+
+How this works: the jobs never infer a schema. Bronze is read with :data:`BRONZE` (the JSON
+reader drops unknown fields and keeps unparsable lines in ``_corrupt_record``); every table
+a job writes is first projected onto its schema here by :func:`cloud_spark.tables.conform`,
+so a transform that adds, drops or retypes a column fails loudly instead of silently changing
+a table. Times are epoch milliseconds (``*_ms``, long) plus a UTC ``TimestampType`` column
+where people will filter on it; partition columns are ``DateType`` named ``*_date``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DateType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+
+def _schema(*fields: tuple[str, DataType]) -> StructType:
+    return StructType([StructField(name, kind, nullable=True) for name, kind in fields])
+
+
+S, L, D, B = StringType(), LongType(), DoubleType(), BooleanType()
+TS, DATE, I = TimestampType(), DateType(), IntegerType()
+
+#: the message id, as columns
+ID_COLUMNS = ("gateway", "epoch", "seq")
+
+BRONZE = _schema(
+    ("gateway", S),
+    ("epoch", S),
+    ("seq", L),
+    ("local_topic", S),
+    ("received_ms", L),
+    ("remote_topic", S),
+    ("payload", S),
+    ("payload_encoding", S),
+    ("ingest_ms", L),
+    ("lander_id", S),
+    ("_corrupt_record", S),
+    ("ingest_date", DATE),
+    ("ingest_hour", I),
+)
+
+# --- silver ---------------------------------------------------------------------------------
+
+#: one row per distinct message id (ok or quarantined): the ledger behind missing-seq checks
+MESSAGES = _schema(
+    ("gateway", S),
+    ("epoch", S),
+    ("seq", L),
+    ("kind", S),
+    ("status", S),
+    ("reason", S),
+    ("copies", L),
+    ("conflict", B),
+    ("local_topic", S),
+    ("remote_topic", S),
+    ("received_ms", L),
+    ("ingest_ms", L),
+    ("event_date", DATE),
+)
+
+POINTS = _schema(
+    ("gateway", S),
+    ("epoch", S),
+    ("seq", L),
+    ("device", S),
+    ("point", S),
+    ("event_ms", L),
+    ("event_ts", TS),
+    ("value_num", D),
+    ("value_str", S),
+    ("value_type", S),
+    ("unit", S),
+    ("quality", S),
+    ("received_ms", L),
+    ("ingest_ms", L),
+    ("is_late", B),
+    ("copies", L),
+    ("event_date", DATE),
+)
+
+STATUS = _schema(
+    ("gateway", S),
+    ("epoch", S),
+    ("seq", L),
+    ("device", S),
+    ("status", S),
+    ("event_ms", L),
+    ("event_ts", TS),
+    ("ingest_ms", L),
+    ("copies", L),
+    ("event_date", DATE),
+)
+
+DEVICE_DIAGNOSTICS = _schema(
+    ("gateway", S),
+    ("epoch", S),
+    ("seq", L),
+    ("device", S),
+    ("event_ms", L),
+    ("event_ts", TS),
+    ("requests", L),
+    ("timeouts", L),
+    ("crc_errors", L),
+    ("exceptions", L),
+    ("stale_frames", L),
+    ("latency_ms", D),
+    ("received_ms", L),
+    ("ingest_ms", L),
+    ("copies", L),
+    ("event_date", DATE),
+)
+
+UPLINK_DIAGNOSTICS = _schema(
+    ("gateway", S),
+    ("epoch", S),
+    ("seq", L),
+    ("event_ms", L),
+    ("event_ts", TS),
+    ("connected", B),
+    ("backlog_messages", L),
+    ("backlog_bytes", L),
+    ("oldest_age_s", D),
+    ("dropped", L),
+    ("received_ms", L),
+    ("ingest_ms", L),
+    ("copies", L),
+    ("event_date", DATE),
+)
+
+QUARANTINE = _schema(
+    ("gateway", S),
+    ("epoch", S),
+    ("seq", L),
+    ("local_topic", S),
+    ("received_ms", L),
+    ("remote_topic", S),
+    ("payload", S),
+    ("payload_encoding", S),
+    ("ingest_ms", L),
+    ("lander_id", S),
+    ("reason", S),
+    ("copies", L),
+    ("ingest_date", DATE),
+)
+
+# --- gold -----------------------------------------------------------------------------------
+
+ROLLUPS = _schema(
+    ("gateway", S),
+    ("device", S),
+    ("point", S),
+    ("window_start", TS),
+    ("window_end", TS),
+    ("count", L),
+    ("min", D),
+    ("max", D),
+    ("avg", D),
+    ("stddev", D),
+    ("sum", D),
+    ("first", D),
+    ("last", D),
+    ("twa", D),
+    ("covered_s", D),
+    ("grain", S),
+    ("window_date", DATE),
+)
+
+OUTAGES = _schema(
+    ("gateway", S),
+    ("device", S),
+    ("start_ms", L),
+    ("end_ms", L),
+    ("start_ts", TS),
+    ("duration_s", D),
+    ("cause", S),
+    ("open", B),
+    ("event_date", DATE),
+)
+
+AVAILABILITY = _schema(
+    ("gateway", S),
+    ("device", S),
+    ("observed_s", D),
+    ("down_s", D),
+    ("uptime_pct", D),
+    ("outages", L),
+    ("event_date", DATE),
+)
+
+LINK_OUTAGES = _schema(
+    ("gateway", S),
+    ("source", S),
+    ("start_ms", L),
+    ("end_ms", L),
+    ("start_ts", TS),
+    ("duration_s", D),
+    ("open", B),
+    ("event_date", DATE),
+)
+
+SEQ_SUMMARY = _schema(
+    ("gateway", S),
+    ("epoch", S),
+    ("first_seq", L),
+    ("last_seq", L),
+    ("received", L),
+    ("missing", L),
+    ("duplicates", L),
+    ("conflicts", L),
+)
+
+SEQ_GAPS = _schema(
+    ("gateway", S),
+    ("epoch", S),
+    ("missing_from", L),
+    ("missing_to", L),
+    ("missing", L),
+)
+
+QUALITY_FLAGS = _schema(
+    ("gateway", S),
+    ("device", S),
+    ("point", S),
+    ("check", S),
+    ("start_ms", L),
+    ("end_ms", L),
+    ("samples", L),
+    ("value", D),
+    ("detail", S),
+    ("event_date", DATE),
+)
+
+CLOCK_SKEW = _schema(
+    ("gateway", S),
+    ("device", S),
+    ("samples", L),
+    ("skewed", L),
+    ("min_skew_s", D),
+    ("max_skew_s", D),
+    ("median_skew_s", D),
+    ("gateway_ahead", L),
+    ("event_date", DATE),
+)
+
+DEVICE_HEALTH = _schema(
+    ("gateway", S),
+    ("device", S),
+    ("window_start", TS),
+    ("samples", L),
+    ("requests", L),
+    ("timeouts", L),
+    ("crc_errors", L),
+    ("exceptions", L),
+    ("stale_frames", L),
+    ("error_rate", D),
+    ("latency_avg_ms", D),
+    ("latency_max_ms", D),
+    ("counter_resets", L),
+    ("event_date", DATE),
+)
+
+LINK_HEALTH = _schema(
+    ("gateway", S),
+    ("window_start", TS),
+    ("samples", L),
+    ("connected_pct", D),
+    ("backlog_max_messages", L),
+    ("backlog_max_bytes", L),
+    ("oldest_age_max_s", D),
+    ("dropped", L),
+    ("event_date", DATE),
+)
+
+REPORT = _schema(
+    ("bronze_rows", L),
+    ("messages", L),
+    ("duplicates_removed", L),
+    ("id_conflicts", L),
+    ("points", L),
+    ("status_rows", L),
+    ("device_diagnostics_rows", L),
+    ("uplink_diagnostics_rows", L),
+    ("late", L),
+    ("quarantined", L),
+    ("epochs", L),
+    ("missing_seq", L),
+    ("device_outages", L),
+    ("downtime_s", D),
+    ("link_outages", L),
+    ("quality_flags", L),
+)

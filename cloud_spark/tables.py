@@ -1,0 +1,114 @@
+"""Where the tables live and how they are read and written (the E and L of every job).
+
+How this works: bronze lives under ``<root>/bronze`` (written by the lander); every table a
+job writes lives under ``<out>/<relative path>`` as Parquet, described once in :data:`TABLES`
+(path, schema, partition columns). :func:`write_table` projects a frame onto the table
+schema (:func:`conform`) and writes it with *dynamic partition overwrite*: a re-run replaces
+exactly the partitions it produces and leaves the others alone, so running a job twice gives
+the same table. Tables without partition columns are small summaries and are replaced whole.
+Paths are plain strings joined with ``/`` so that ``s3a://`` or ``abfss://`` roots work the
+same as local directories.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from cloud_spark import contract as c
+from cloud_spark import schemas as s
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table written by a job: relative path, schema, partition columns."""
+
+    path: str
+    schema: StructType
+    partition_by: tuple[str, ...] = ()
+
+
+TABLES: dict[str, Table] = {
+    "messages": Table("silver/messages", s.MESSAGES, ("event_date",)),
+    "points": Table("silver/points", s.POINTS, ("event_date",)),
+    "status": Table("silver/status", s.STATUS, ("event_date",)),
+    "device_diagnostics": Table("silver/device_diagnostics", s.DEVICE_DIAGNOSTICS, ("event_date",)),
+    "uplink_diagnostics": Table("silver/uplink_diagnostics", s.UPLINK_DIAGNOSTICS, ("event_date",)),
+    "quarantine": Table("silver/quarantine", s.QUARANTINE, ("ingest_date",)),
+    "rollups": Table("gold/rollups", s.ROLLUPS, ("grain", "window_date")),
+    "outages": Table("gold/outages", s.OUTAGES, ("event_date",)),
+    "availability": Table("gold/availability", s.AVAILABILITY, ("event_date",)),
+    "link_outages": Table("gold/link_outages", s.LINK_OUTAGES, ("event_date",)),
+    "seq_summary": Table("gold/seq_summary", s.SEQ_SUMMARY),
+    "seq_gaps": Table("gold/seq_gaps", s.SEQ_GAPS),
+    "quality_flags": Table("gold/quality_flags", s.QUALITY_FLAGS, ("event_date",)),
+    "clock_skew": Table("gold/clock_skew", s.CLOCK_SKEW, ("event_date",)),
+    "device_health": Table("gold/device_health", s.DEVICE_HEALTH, ("event_date",)),
+    "link_health": Table("gold/link_health", s.LINK_HEALTH, ("event_date",)),
+}
+
+
+def join_path(base: str, *parts: str) -> str:
+    """Join path pieces with ``/`` (works for local paths and object-store URIs)."""
+    return "/".join([base.rstrip("/"), *(part.strip("/") for part in parts)])
+
+
+def table_path(out: str, name: str) -> str:
+    return join_path(out, TABLES[name].path)
+
+
+def conform(df: DataFrame, schema: StructType) -> DataFrame:
+    """Select exactly the schema's columns, in order, cast to the schema's types.
+
+    A missing column raises; extra columns are dropped.
+    """
+    return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+def empty(spark: SparkSession, schema: StructType) -> DataFrame:
+    return spark.createDataFrame([], schema)
+
+
+def read_bronze(spark: SparkSession, root: str) -> DataFrame:
+    """All bronze records under ``<root>/bronze`` with the explicit bronze schema."""
+    path = join_path(root, c.BRONZE_DIR)
+    try:
+        return (
+            spark.read.schema(s.BRONZE)
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", "_corrupt_record")
+            .json(path)
+        )
+    except AnalysisException as exc:
+        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
+            return empty(spark, s.BRONZE)
+        raise
+
+
+def read_table(spark: SparkSession, out: str, name: str) -> DataFrame:
+    """A table written by a job, or an empty frame with its schema when it does not exist."""
+    table = TABLES[name]
+    try:
+        return spark.read.schema(table.schema).parquet(table_path(out, name))
+    except AnalysisException as exc:
+        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
+            return empty(spark, table.schema)
+        raise
+
+
+def write_table(df: DataFrame, out: str, name: str) -> None:
+    """Write with dynamic partition overwrite (whole-table overwrite if unpartitioned)."""
+    table = TABLES[name]
+    writer = (
+        conform(df, table.schema)
+        .write.mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")
+        .option("compression", "snappy")
+    )
+    if table.partition_by:
+        writer = writer.partitionBy(*table.partition_by)
+    writer.parquet(table_path(out, name))

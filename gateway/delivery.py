@@ -1,0 +1,280 @@
+"""Routing a message to sessions and moving it through each session's window and queue.
+
+How this works: `Dispatcher.route` asks the subscription table which subscriptions match,
+folds overlapping subscriptions of one client into a single delivery (highest QoS, every
+subscription identifier, noLocal honoured per subscription), picks one member per shared group
+(online members first, round robin), checks read access, and hands each delivery to `deliver`.
+`deliver` writes at once when the session is online and its window and socket buffer allow,
+and queues otherwise, applying the overflow policy. `pump` refills the window and the socket
+from the queue when an acknowledgement arrives or the socket drains.
+
+Every write of a PUBLISH goes through `send`, which picks the shared encoding for the shape,
+honours the client's maximum packet size and topic aliases, and counts the message.
+
+Pure and synchronous: `now` comes from the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from gateway.codec import encode
+from gateway.codec.packets import Publish, PubRel
+from gateway.config import LimitsConfig
+from gateway.hooks import Access, BrokerHooks
+from gateway.inflight import Delivery
+from gateway.message import Message
+from gateway.router import SharedGroup, SubOptions, SubscriptionTable
+from gateway.session import Connection, Session
+
+log = logging.getLogger("outpost.broker")
+
+# A QoS 0 message goes to the session queue instead of the socket once this many bytes are
+# waiting in the socket buffer: a slow consumer fills its own bounded queue, nobody else's.
+HIGH_WATER = 256 * 1024
+
+
+@dataclass(slots=True)
+class Counters:
+    """Message counters for `$SYS` and status."""
+
+    received: int = 0
+    sent: int = 0
+    dropped: int = 0
+    expired: int = 0
+    too_large: int = 0
+    denied: int = 0
+
+
+class Dispatcher:
+    """Routes messages to sessions; owns the delivery path."""
+
+    def __init__(
+        self,
+        sessions: dict[str, Session],
+        table: SubscriptionTable,
+        hooks: BrokerHooks,
+        limits: LimitsConfig,
+    ) -> None:
+        self.sessions = sessions
+        self.table = table
+        self.hooks = hooks
+        self.limits = limits
+        self.counters = Counters()
+        self.check_read = type(hooks).check_acl is not BrokerHooks.check_acl
+
+    # -- routing -----------------------------------------------------------------------
+
+    def route(self, message: Message, now: float) -> int:
+        """Deliver `message` to every matching subscription; returns how many sessions."""
+        plain, groups = self.table.match(message.topic)
+        if not plain and not groups:
+            return 0
+        publisher = message.origin
+        targets: dict[str, tuple[int, bool, list[int]]] = {}
+        for client_id, options in plain:
+            if options.no_local and client_id == publisher:
+                continue
+            previous = targets.get(client_id)
+            sub_ids = [options.subscription_id] if options.subscription_id else []
+            if previous is None:
+                targets[client_id] = (options.qos, options.retain_as_published, sub_ids)
+            else:
+                qos, rap, ids = previous
+                targets[client_id] = (
+                    max(qos, options.qos), rap or options.retain_as_published, ids + sub_ids
+                )
+        count = 0
+        for client_id, (qos, rap, ids) in targets.items():
+            session = self.sessions.get(client_id)
+            if session is not None and self._may_read(session, message.topic):
+                self.deliver(
+                    session, message, min(qos, message.qos), message.retain and rap,
+                    tuple(ids), now,
+                )
+                count += 1
+        for group in groups:
+            picked = self._pick_member(group, publisher)
+            if picked is not None:
+                session, options = picked
+                self.deliver(
+                    session, message, min(options.qos, message.qos),
+                    message.retain and options.retain_as_published,
+                    (options.subscription_id,) if options.subscription_id else (), now,
+                )
+                count += 1
+        return count
+
+    def _may_read(self, session: Session, topic: str) -> bool:
+        if not self.check_read:
+            return True
+        conn = session.connection
+        if conn is None or conn.info is None:
+            return True  # offline: checked again when the queued message is sent
+        if self.hooks.check_acl(conn.info, topic, Access.READ):
+            return True
+        self.counters.denied += 1
+        return False
+
+    def _pick_member(
+        self, group: SharedGroup, publisher: str | None
+    ) -> tuple[Session, SubOptions] | None:
+        members = list(group.members.items())
+        if not members:
+            return None
+        fallback: tuple[Session, SubOptions] | None = None
+        for step in range(len(members)):
+            client_id, options = members[(group.cursor + step) % len(members)]
+            session = self.sessions.get(client_id)
+            if session is None or (options.no_local and client_id == publisher):
+                continue
+            if session.online:
+                group.cursor = (group.cursor + step + 1) % len(members)
+                return session, options
+            if fallback is None:
+                fallback = (session, options)
+        group.cursor = (group.cursor + 1) % len(members)
+        return fallback
+
+    # -- delivery ----------------------------------------------------------------------
+
+    def deliver(
+        self,
+        session: Session,
+        message: Message,
+        qos: int,
+        retain: bool,
+        subscription_ids: tuple[int, ...],
+        now: float,
+        unbounded: bool = False,
+    ) -> None:
+        """Send or queue one message for one session."""
+        delivery = Delivery(message, qos, retain, subscription_ids)
+        outbound = session.outbound
+        conn = session.connection
+        if conn is not None and not conn.closed and not outbound.queue:
+            if qos == 0:
+                if unbounded or conn.sink.backlog() < HIGH_WATER:
+                    self.send(conn, delivery, now)
+                    return
+            elif len(outbound.inflight) < self.window(conn):
+                if session.persistent:
+                    self.hooks.qos_stored(session.client_id, delivery)
+                self.send(conn, delivery, now)
+                return
+        elif conn is None and qos == 0 and not self.limits.queue_qos0:
+            return  # QoS 0 is not queued for offline sessions unless configured
+        if qos > 0 and session.persistent:
+            self.hooks.qos_stored(session.client_id, delivery)
+        if unbounded:
+            outbound.queue.append(delivery)
+            outbound.queued_bytes += message.size
+            return
+        for dropped in outbound.enqueue(delivery):
+            self._dropped(session, dropped)
+
+    def _dropped(self, session: Session, delivery: Delivery) -> None:
+        session.dropped += 1
+        self.counters.dropped += 1
+        if delivery.qos > 0 and session.persistent:
+            self.hooks.qos_completed(session.client_id, delivery)
+        if session.dropped == 1 or session.dropped % 1000 == 0:
+            log.warning(
+                "queue full for client %s: dropped %d message(s) so far (policy %s)",
+                session.client_id, session.dropped, self.limits.queue_overflow,
+            )
+
+    def window(self, conn: Connection) -> int:
+        """How many QoS 1/2 messages may be in flight towards this connection."""
+        return min(conn.client_receive_maximum, self.limits.max_inflight)
+
+    def pump(self, session: Session, now: float) -> None:
+        """Move queued deliveries to the connection while the window and socket allow."""
+        conn = session.connection
+        if conn is None or conn.closed:
+            return
+        outbound = session.outbound
+        window = self.window(conn)
+        while outbound.queue:
+            head = outbound.queue[0]
+            if head.message.expired(now):
+                outbound.pop()
+                self.counters.expired += 1
+                if head.qos > 0 and session.persistent:
+                    self.hooks.qos_completed(session.client_id, head)
+                continue
+            if head.qos > 0 and len(outbound.inflight) >= window:
+                return
+            if conn.sink.backlog() >= HIGH_WATER:
+                return
+            outbound.pop()
+            if self.check_read and conn.info is not None and not self.hooks.check_acl(
+                conn.info, head.message.topic, Access.READ
+            ):
+                self.counters.denied += 1
+                if head.qos > 0 and session.persistent:
+                    self.hooks.qos_completed(session.client_id, head)
+                continue
+            self.send(conn, head, now)
+
+    def resend_inflight(self, session: Session, now: float) -> None:
+        """After a reconnect: resend unacknowledged PUBLISH (DUP) and PUBREL, in order."""
+        conn = session.connection
+        assert conn is not None
+        for delivery in list(session.outbound.inflight.values()):
+            if delivery.released:
+                conn.sink.write(encode(PubRel(delivery.packet_id), conn.version))
+            else:
+                self.send(conn, delivery, now)
+
+    def send(self, conn: Connection, delivery: Delivery, now: float) -> None:
+        """Write one PUBLISH to a connection."""
+        message = delivery.message
+        session = conn.session
+        if delivery.qos > 0 and not delivery.packet_id:
+            assert session is not None
+            session.outbound.start(delivery)
+            if session.persistent:
+                self.hooks.qos_updated(session.client_id, delivery)
+        elif delivery.qos > 0 and session is not None:
+            session.outbound.inflight[delivery.packet_id] = delivery
+        if conn.client_topic_alias_maximum and conn.is_v5:
+            data = self._encode_with_alias(conn, delivery, now)
+        else:
+            data = message.encode_for(
+                conn.version, delivery.qos, delivery.retain, delivery.packet_id or None, now,
+                delivery.subscription_ids, dup=delivery.sent,
+            )
+        if len(data) > conn.client_max_packet_size:
+            # MQTT-3.1.2-25: discard as if it had been delivered.
+            self.counters.too_large += 1
+            if delivery.qos > 0 and session is not None:
+                session.outbound.inflight.pop(delivery.packet_id, None)
+                if session.persistent:
+                    self.hooks.qos_completed(session.client_id, delivery)
+            return
+        delivery.sent = True
+        self.counters.sent += 1
+        conn.sink.write(data)
+
+    def _encode_with_alias(self, conn: Connection, delivery: Delivery, now: float) -> bytes:
+        message = delivery.message
+        alias = conn.aliases_out.get(message.topic)
+        topic = message.topic
+        if alias is not None:
+            topic = ""
+        elif len(conn.aliases_out) < conn.client_topic_alias_maximum:
+            alias = len(conn.aliases_out) + 1
+            conn.aliases_out[message.topic] = alias
+        props = replace(
+            message.properties,
+            topic_alias=alias,
+            subscription_identifiers=delivery.subscription_ids,
+            message_expiry_interval=message.remaining_expiry(now),
+        )
+        packet = Publish(
+            topic, message.payload, delivery.qos, delivery.retain, delivery.sent,
+            delivery.packet_id or None, props,
+        )
+        return encode(packet, conn.version)

@@ -1,0 +1,164 @@
+"""The broker's hooks: authentication, access control and persistence events.
+
+How this works: the broker core calls one `Hooks` object at fixed points. `BrokerHooks` is the
+default (allow everything, keep nothing) and the base class of every implementation; a hook
+overrides only the events it handles, so reading a subclass tells exactly when it touches disk.
+`HookChain` combines several: authentication and ACL checks must pass every hook (the first
+refusal wins); every other event reaches every hook in order.
+
+Durability: a hook with `durable = True` promises that what it was told before `flush()`
+returns is safely stored. The I/O layer holds a publisher's PUBACK / PUBREC until the flush that
+covers the publish has completed, which is how "acknowledged only after committed" is kept.
+Event calls themselves are synchronous and must be cheap (append to a batch); `flush` is the one
+awaitable and commits the whole batch at once (group commit).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from gateway.codec.packets import Will
+from gateway.codec.reason_codes import ReasonCode
+from gateway.inflight import Delivery
+from gateway.message import Message
+from gateway.router import SubOptions
+from gateway.session import ClientInfo
+
+
+class Access(enum.Enum):
+    """What a client wants to do with a topic."""
+
+    READ = "read"  # receive a message on the topic
+    WRITE = "write"  # publish to the topic
+    SUBSCRIBE = "subscribe"  # subscribe with a filter
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    """What persistence needs to rebuild a session after a restart."""
+
+    client_id: str
+    protocol_level: int
+    expiry_interval: int
+    subscriptions: dict[str, SubOptions] = field(default_factory=dict)
+    will: Will | None = None
+    will_delay: int = 0
+
+
+@dataclass(slots=True)
+class RestoredState:
+    """Everything a durable hook hands back when the broker starts."""
+
+    sessions: list[tuple[SessionRecord, list[Delivery]]] = field(default_factory=list)
+    retained: list[Message] = field(default_factory=list)
+
+
+class BrokerHooks:
+    """Default hooks: allow everything, persist nothing. Subclass and override."""
+
+    durable: bool = False
+
+    def authenticate(self, client: ClientInfo, password: bytes | None) -> int:
+        """Return SUCCESS or a CONNACK reason code that refuses the connection."""
+        if client.username is None and not client.anonymous_allowed:
+            return ReasonCode.NOT_AUTHORIZED
+        return ReasonCode.SUCCESS
+
+    def check_acl(self, client: ClientInfo, topic: str, access: Access) -> bool:
+        """May `client` do `access` on `topic`?"""
+        return True
+
+    def session_saved(self, record: SessionRecord) -> None:
+        """A persistent session was created or changed (subscriptions, will, expiry)."""
+
+    def session_deleted(self, client_id: str) -> None:
+        """A session ended for good (clean start, expiry, takeover with clean start)."""
+
+    def qos_stored(self, client_id: str, delivery: Delivery) -> None:
+        """A QoS 1/2 delivery to a persistent session was queued or put in flight."""
+
+    def qos_updated(self, client_id: str, delivery: Delivery) -> None:
+        """A stored delivery got its packet id or moved to the PUBREL stage."""
+
+    def qos_completed(self, client_id: str, delivery: Delivery) -> None:
+        """A stored delivery was acknowledged, expired or dropped."""
+
+    def retained_changed(self, topic: str, message: Message | None) -> None:
+        """The retained message of `topic` was set (or deleted when None)."""
+
+    def published(self, client: ClientInfo | None, message: Message) -> None:
+        """A message was accepted and routed (for uplink outboxes and statistics)."""
+
+    def restore(self) -> RestoredState:
+        """State saved by an earlier run (empty for non-durable hooks)."""
+        return RestoredState()
+
+    async def flush(self) -> None:
+        """Commit everything reported so far."""
+
+    async def close(self) -> None:
+        """Flush and release resources at shutdown."""
+        await self.flush()
+
+
+class HookChain(BrokerHooks):
+    """Several hooks acting as one (see the module comment for how results combine)."""
+
+    def __init__(self, hooks: list[BrokerHooks]) -> None:
+        self.hooks = hooks
+        self.durable = any(h.durable for h in hooks)
+
+    def authenticate(self, client: ClientInfo, password: bytes | None) -> int:
+        for hook in self.hooks:
+            code = hook.authenticate(client, password)
+            if code != ReasonCode.SUCCESS:
+                return code
+        return ReasonCode.SUCCESS
+
+    def check_acl(self, client: ClientInfo, topic: str, access: Access) -> bool:
+        return all(hook.check_acl(client, topic, access) for hook in self.hooks)
+
+    def session_saved(self, record: SessionRecord) -> None:
+        for hook in self.hooks:
+            hook.session_saved(record)
+
+    def session_deleted(self, client_id: str) -> None:
+        for hook in self.hooks:
+            hook.session_deleted(client_id)
+
+    def qos_stored(self, client_id: str, delivery: Delivery) -> None:
+        for hook in self.hooks:
+            hook.qos_stored(client_id, delivery)
+
+    def qos_updated(self, client_id: str, delivery: Delivery) -> None:
+        for hook in self.hooks:
+            hook.qos_updated(client_id, delivery)
+
+    def qos_completed(self, client_id: str, delivery: Delivery) -> None:
+        for hook in self.hooks:
+            hook.qos_completed(client_id, delivery)
+
+    def retained_changed(self, topic: str, message: Message | None) -> None:
+        for hook in self.hooks:
+            hook.retained_changed(topic, message)
+
+    def published(self, client: ClientInfo | None, message: Message) -> None:
+        for hook in self.hooks:
+            hook.published(client, message)
+
+    def restore(self) -> RestoredState:
+        state = RestoredState()
+        for hook in self.hooks:
+            part = hook.restore()
+            state.sessions.extend(part.sessions)
+            state.retained.extend(part.retained)
+        return state
+
+    async def flush(self) -> None:
+        for hook in self.hooks:
+            await hook.flush()
+
+    async def close(self) -> None:
+        for hook in self.hooks:
+            await hook.close()

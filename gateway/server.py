@@ -1,0 +1,258 @@
+"""The one I/O module of the broker: TCP listeners and the bytes of each connection.
+
+How this works: every accepted socket gets an `MQTTConnection` (an asyncio Protocol). Incoming
+bytes are decoded in place, packet by packet, and each packet goes to `Broker.handle` with the
+loop's monotonic time. Outgoing bytes are never written one by one: `write` appends to the
+connection's list and marks it dirty, and one callback per loop iteration joins each dirty
+connection's list into a single `transport.write` (write coalescing).
+
+Durable acknowledgements: when the hooks are durable, `write(..., gated=True)` (a PUBACK or
+PUBREC for a stored message) holds that connection's output, from that point on, until a
+`hooks.flush()` that started after the write has completed. One flush serves every connection
+that was waiting (group commit), and each connection's output stays in order.
+
+Back-pressure: when a transport's buffer passes the high-water mark asyncio calls
+`pause_writing`; the broker then queues that client's messages in its bounded session queue.
+`resume_writing` pumps the queue again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import cast
+
+from gateway.broker import Broker
+from gateway.codec import NEED_DATA, decode
+from gateway.codec.errors import MQTTProtocolError, UnsupportedProtocolVersion
+from gateway.codec.packets import Publish
+from gateway.config import ListenerConfig
+from gateway.session import Connection
+
+log = logging.getLogger("outpost.server")
+
+TICK_SECONDS = 0.5
+_UNSUPPORTED_VERSION_CONNACK = b"\x20\x02\x00\x01"  # 3.1.1 CONNACK, return code 1
+
+
+class MQTTConnection(asyncio.Protocol):
+    """One client socket."""
+
+    def __init__(self, server: Server, listener: ListenerConfig) -> None:
+        self.server = server
+        self.listener = listener
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.out: list[bytes] = []
+        self.out_bytes = 0
+        self.held: list[bytes] = []
+        self.in_commit: list[bytes] | None = None
+        self.closing = False
+        self.conn: Connection
+
+    # -- asyncio callbacks -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.conn = self.server.broker.open_connection(
+            self, self.listener.bind, peer_text, self.listener.anonymous_allowed,
+            self.server.loop.time(),
+        )
+
+    def data_received(self, data: bytes) -> None:
+        server = self.server
+        server.broker.sys.bytes_received += len(data)
+        if self.closing:
+            return
+        if self.buffer:
+            self.buffer += data
+            data = bytes(self.buffer)
+            self.buffer.clear()
+        broker = server.broker
+        conn = self.conn
+        now = server.loop.time()
+        max_size = broker.limits.max_packet_size
+        offset = 0
+        end = len(data)
+        try:
+            while offset < end and not conn.closed:
+                view = memoryview(data)[offset:] if offset else data
+                result = decode(view, conn.version, max_size)
+                if result is NEED_DATA:
+                    break
+                packet, used = result
+                raw = b""
+                if type(packet) is Publish and packet.qos == 0:
+                    raw = data[offset:offset + used] if offset or used != end else data
+                broker.handle(conn, packet, now, raw)
+                offset += used
+        except UnsupportedProtocolVersion as exc:
+            log.info("%s: %s", conn.peer, exc.reason)
+            self.write(_UNSUPPORTED_VERSION_CONNACK)
+            self.close()
+            return
+        except MQTTProtocolError as exc:
+            broker.decode_error(conn, exc)
+            return
+        if offset < end:
+            self.buffer += data[offset:] if offset else data
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.connections.discard(self)
+        self.server.broker.connection_lost(self.conn, self.server.loop.time())
+
+    def pause_writing(self) -> None:
+        pass  # backlog() reports the transport's buffer; the broker queues meanwhile
+
+    def resume_writing(self) -> None:
+        session = self.conn.session
+        if session is not None:
+            self.server.broker.dispatch.pump(session, self.server.loop.time())
+
+    # -- Sink (called by the broker core) ---------------------------------------------
+
+    def write(self, data: bytes, gated: bool = False) -> None:
+        """Queue bytes; flushed once per loop iteration (gated: after the store's flush)."""
+        if self.closing:
+            return
+        if gated or self.held or self.in_commit is not None:
+            self.held.append(data)
+            self.server.request_commit(self)
+            return
+        self.out.append(data)
+        self.out_bytes += len(data)
+        if len(self.out) == 1:
+            self.server.mark_dirty(self)
+
+    def close(self) -> None:
+        """Close once everything already written has been flushed."""
+        if self.closing:
+            return
+        self.closing = True
+        if self.held or self.in_commit is not None:
+            return  # closed by release() once the commit completes
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+
+    def backlog(self) -> int:
+        transport = self.transport
+        size = transport.get_write_buffer_size() if transport is not None else 0
+        return size + self.out_bytes
+
+    # -- output ------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write the queued bytes with one system call."""
+        if not self.out or self.transport is None or self.transport.is_closing():
+            self.out.clear()
+            self.out_bytes = 0
+            return
+        data = self.out[0] if len(self.out) == 1 else b"".join(self.out)
+        self.out.clear()
+        self.out_bytes = 0
+        self.server.broker.sys.bytes_sent += len(data)
+        self.transport.write(data)
+
+    def release(self) -> None:
+        """A store flush covering `in_commit` completed: send it."""
+        released = self.in_commit or []
+        self.in_commit = None
+        for data in released:
+            self.out.append(data)
+            self.out_bytes += len(data)
+        self.flush()
+        if self.closing and not self.held and self.transport is not None:
+            self.transport.close()
+
+
+class Server:
+    """Listeners, the per-iteration flush, the store commit loop and the broker's clock."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.loop = asyncio.get_running_loop()
+        self.servers: list[asyncio.Server] = []
+        self.connections: set[MQTTConnection] = set()
+        self.addresses: list[tuple[str, int]] = []
+        self._dirty: list[MQTTConnection] = []
+        self._waiting: set[MQTTConnection] = set()
+        self._commit_task: asyncio.Task[None] | None = None
+        self._tick_handle: asyncio.TimerHandle | None = None
+
+    async def start(self, listeners: list[ListenerConfig]) -> list[tuple[str, int]]:
+        """Bind every listener; returns the bound (host, port) pairs."""
+        for listener in listeners:
+            def factory(listener: ListenerConfig = listener) -> MQTTConnection:
+                protocol = MQTTConnection(self, listener)
+                self.connections.add(protocol)
+                return protocol
+
+            server = await self.loop.create_server(
+                factory, listener.host, listener.port, reuse_address=True, backlog=1024
+            )
+            self.servers.append(server)
+            for sock in server.sockets:
+                host, port = sock.getsockname()[:2]
+                self.addresses.append((host, port))
+                log.info(
+                    "listening on %s:%d (anonymous %s)", host, port,
+                    "allowed" if listener.anonymous_allowed else "refused",
+                )
+        self._tick_handle = self.loop.call_later(TICK_SECONDS, self._tick)
+        return self.addresses
+
+    def _tick(self) -> None:
+        self.broker.tick(self.loop.time())
+        self._tick_handle = self.loop.call_later(TICK_SECONDS, self._tick)
+
+    def mark_dirty(self, connection: MQTTConnection) -> None:
+        if not self._dirty:
+            self.loop.call_soon(self._flush_dirty)
+        self._dirty.append(connection)
+
+    def _flush_dirty(self) -> None:
+        dirty, self._dirty = self._dirty, []
+        for connection in dirty:
+            connection.flush()
+
+    def request_commit(self, connection: MQTTConnection) -> None:
+        self._waiting.add(connection)
+        if self._commit_task is None:
+            self._commit_task = self.loop.create_task(self._commit_loop(), name="store-commit")
+
+    async def _commit_loop(self) -> None:
+        try:
+            while self._waiting:
+                batch = [c for c in self._waiting if c.in_commit is None]
+                self._waiting.difference_update(batch)
+                for connection in batch:
+                    connection.in_commit, connection.held = connection.held, []
+                await self.broker.hooks.flush()
+                for connection in batch:
+                    connection.release()
+                    if connection.held:
+                        self._waiting.add(connection)
+        finally:
+            self._commit_task = None
+
+    async def stop(self) -> None:
+        """Stop accepting, say goodbye to every client, flush the store."""
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        for server in self.servers:
+            server.close()
+        now = self.loop.time()
+        for connection in list(self.connections):
+            self.broker.shutdown_connection(connection.conn)
+            connection.close()
+        for connection in list(self.connections):
+            self.broker.connection_lost(connection.conn, now)
+        if self._commit_task is not None:
+            await self._commit_task
+        for server in self.servers:
+            await server.wait_closed()
+        await self.broker.hooks.close()

@@ -1,0 +1,67 @@
+"""`$SYS/broker/...` statistics, published as retained messages at an interval.
+
+How this works: `SysPublisher.due` is called from the broker's tick. Once per interval it reads
+the broker's counters, computes per-second rates from the change since the last publication,
+and returns the messages to publish; the broker routes them like any other message. The topic
+names follow mosquitto's, so existing dashboards work unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gateway.message import Message
+
+if TYPE_CHECKING:
+    from gateway.broker import Broker
+
+VERSION = "outpost 0.1.0"
+
+
+class SysPublisher:
+    """Builds the `$SYS` messages from broker counters."""
+
+    def __init__(self, interval: float, now: float) -> None:
+        self.interval = interval
+        self.next_at = now + interval
+        self.last_at = now
+        self.last: dict[str, int] = {}
+        self.bytes_received = 0
+        self.bytes_sent = 0
+
+    def due(self, broker: Broker, now: float) -> list[Message]:
+        """The messages to publish now (empty until the interval has passed)."""
+        if self.interval <= 0 or now < self.next_at:
+            return []
+        self.next_at = now + self.interval
+        elapsed = max(now - self.last_at, 1e-9)
+        self.last_at = now
+        counters = broker.counters
+        totals = {
+            "messages/received": counters.received,
+            "messages/sent": counters.sent,
+            "bytes/received": self.bytes_received,
+            "bytes/sent": self.bytes_sent,
+        }
+        values: dict[str, str] = {
+            "version": VERSION,
+            "uptime": f"{int(now - broker.started_at)} seconds",
+            "clients/connected": str(broker.clients_connected),
+            "clients/maximum": str(broker.clients_maximum),
+            "clients/total": str(len(broker.sessions)),
+            "clients/disconnected": str(len(broker.sessions) - broker.clients_connected),
+            "subscriptions/count": str(broker.table.count),
+            "retained messages/count": str(broker.retained.count),
+            "messages/dropped": str(counters.dropped),
+            "messages/expired": str(counters.expired),
+            "messages/denied": str(counters.denied),
+        }
+        for name, total in totals.items():
+            values[name] = str(total)
+            rate = (total - self.last.get(name, 0)) / elapsed
+            values[f"{name}/per second"] = f"{rate:.1f}"
+        self.last = totals
+        return [
+            Message(f"$SYS/broker/{name}", value.encode(), 0, True)
+            for name, value in values.items()
+        ]

@@ -1,0 +1,1 @@
+"""Shared test helpers: real peers (mosquitto) started on free 127.0.0.1 ports."""
