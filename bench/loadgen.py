@@ -39,7 +39,7 @@ import multiprocessing
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -213,33 +213,27 @@ def run_throughput(
     ctl = W.Control(spec.publishers + spec.subscribers)
     W.pin_to(opts.cpus)
     tag = spec.name.replace("-", "")
-    common = {
-        "host": host,
-        "port": port,
-        "cpus": opts.cpus,
-        "max_seconds": opts.warmup + opts.duration + 60.0,
-        "qos": spec.qos,
-        "pub_slots": pubs,
-        "sub_slots": subs,
-        "fanout": spec.subscribers,
-        "window": opts.window,
-    }
+    common = W.Job(
+        host=host, port=port, slot=0, cpus=opts.cpus,
+        max_seconds=opts.warmup + opts.duration + 60.0, qos=spec.qos, pub_slots=pubs,
+        sub_slots=subs, fanout=spec.subscribers, window=opts.window,
+    )  # fmt: skip
     size, pid_offset, _ = wire.publish_layout(spec.topic.format(i=0), W.PAYLOAD_SIZE, spec.qos)
     with Fleet(ctl) as fleet:
         per_proc = math.ceil(spec.subscribers / spec.sub_procs)
         for first in range(0, spec.subscribers, per_proc):
             last = min(first + per_proc, spec.subscribers)
             ids = tuple(f"bench-{tag}-sub-{i}" for i in range(first, last))
-            job = W.Job(
-                slot=subs.start + first, client_ids=ids, topic_filter=spec.topic_filter,
-                msg_size=size, pid_offset=pid_offset, lowat=opts.lowat, **common,
+            job = replace(
+                common, slot=subs.start + first, client_ids=ids, topic_filter=spec.topic_filter,
+                msg_size=size, pid_offset=pid_offset, lowat=opts.lowat,
             )  # fmt: skip
             fleet.spawn("subscribers", W.subscriber, job)
         fleet.wait_ready(subs)
         for i in pubs:
-            job = W.Job(
-                slot=i, client_id=f"bench-{tag}-pub-{i}", topic=spec.topic.format(i=i),
-                batch=opts.batch, inflight=opts.inflight, **common,
+            job = replace(
+                common, slot=i, client_id=f"bench-{tag}-pub-{i}", topic=spec.topic.format(i=i),
+                batch=opts.batch, inflight=opts.inflight,
             )  # fmt: skip
             worker = W.qos0_publisher if spec.qos == 0 else W.qos1_publisher
             fleet.spawn("publishers", worker, job)
@@ -283,17 +277,15 @@ def run_latency(
     """A paced QoS 1 publisher and a QoS 1 subscriber; latency of messages sent in the window."""
     ctl = W.Control(2)
     W.pin_to(opts.cpus)
-    common = {
-        "host": host,
-        "port": port,
-        "cpus": opts.cpus,
-        "max_seconds": opts.warmup + opts.latency_duration + 60.0,
-    }
+    common = W.Job(
+        host=host, port=port, slot=0, cpus=opts.cpus,
+        max_seconds=opts.warmup + opts.latency_duration + 60.0,
+    )  # fmt: skip
     with Fleet(ctl) as fleet:
         reader, writer = fleet.ctx.Pipe(duplex=False)
-        fleet.spawn("subscriber", W.latency_subscriber, W.Job(slot=1, **common), writer)
+        fleet.spawn("subscriber", W.latency_subscriber, replace(common, slot=1), writer)
         fleet.wait_ready([1])
-        job = W.Job(slot=0, rate=opts.latency_rate, **common)
+        job = replace(common, slot=0, rate=opts.latency_rate)
         fleet.spawn("publisher", W.latency_publisher, job)
         fleet.wait_ready([0])
         ctl.raise_flag(W.GO)
@@ -375,9 +367,9 @@ def run_retained(
     ctl = W.Control(2)
     limit = 60.0 + count / 200
     W.pin_to(opts.cpus)
-    common = {"host": host, "port": port, "cpus": opts.cpus, "max_seconds": limit + 30.0}
+    common = W.Job(host=host, port=port, slot=0, cpus=opts.cpus, max_seconds=limit + 30.0)
     with Fleet(ctl) as fleet:
-        job = W.Job(slot=0, count=count, inflight=opts.retained_inflight, **common)
+        job = replace(common, count=count, inflight=opts.retained_inflight)
         fleet.spawn("publisher", W.retained_publisher, job)
         fleet.wait_ready([0])
         ctl.raise_flag(W.GO)
@@ -386,7 +378,7 @@ def run_retained(
         store_s = ctl.get(0, W.VALUE) / 1e9
         if acked < count:
             raise W.LoadError(f"only {acked} of {count} retained publishes were acknowledged")
-        fleet.spawn("subscriber", W.retained_subscriber, W.Job(slot=1, count=count, **common))
+        fleet.spawn("subscriber", W.retained_subscriber, replace(common, slot=1, count=count))
         fleet.wait_for(lambda: ctl.get(1, W.READY) == 2, limit, "retained delivery")
         delivered = ctl.get(1, W.DELIVERED)
         seconds = ctl.get(1, W.VALUE) / 1e9

@@ -231,8 +231,8 @@ def qos0_publisher(ctl: Control, job: Job) -> None:
         if ctl.flag(STOP_PUB) or time.monotonic() > deadline:
             break
         if job.window:
-            outstanding = ctl.total(SENT, job.pub_slots) * job.fanout - ctl.total(DELIVERED, job.sub_slots)
-            if outstanding > limit:
+            sent_all = ctl.total(SENT, job.pub_slots)
+            if sent_all * job.fanout - ctl.total(DELIVERED, job.sub_slots) > limit:
                 time.sleep(0.001)
                 continue
         if not send_all(sock, blob, ctl, deadline):
@@ -266,7 +266,8 @@ def qos1_publisher(ctl: Control, job: Job) -> None:
             break
         n = credits
         if job.window and n:
-            n = min(n, job.window - (ctl.total(SENT, job.pub_slots) - ctl.total(DELIVERED, job.sub_slots)))
+            sent_all = ctl.total(SENT, job.pub_slots)
+            n = min(n, job.window - (sent_all - ctl.total(DELIVERED, job.sub_slots)))
         if n > 0:
             if not send_all(sock, ring[index * size : (index + n) * size], ctl, deadline):
                 break
@@ -297,7 +298,7 @@ def qos1_publisher(ctl: Control, job: Job) -> None:
 def subscriber(ctl: Control, job: Job) -> None:
     """Several subscribers in one process; counts messages, PUBACKs QoS 1 in bulk.
 
-    With `job.lowat` > 0 (QoS 0 only) the kernel reports a socket readable only once `job.lowat` bytes
+    With `lowat` > 0 (QoS 0 only) the kernel reports a socket readable only once `lowat` bytes
     are waiting; a sweep every 2 ms reads whatever is left, so nothing waits for long.
     """
     _prepare(job.cpus)
@@ -583,6 +584,22 @@ def retained_publisher(ctl: Control, job: Job) -> None:
     _close(sock)
 
 
+def _count_retained(data: memoryview) -> tuple[set[bytes], int, int]:
+    """(distinct retained `bench/ret/` topics, PUBLISH packets, SUBACK packets) in `data`."""
+    topics: set[bytes] = set()
+    publishes = 0
+    subacks = 0
+    for first, body, _end in wire.iter_packets(data):
+        if first >> 4 == wire.PUBLISH:
+            publishes += 1
+            topic = wire.publish_topic(data, body)
+            if first & 1 and topic.startswith(b"bench/ret/"):
+                topics.add(topic)
+        elif first >> 4 == wire.SUBACK:
+            subacks += 1
+    return topics, publishes, subacks
+
+
 def retained_subscriber(ctl: Control, job: Job) -> None:
     """Subscribe to `#` and time until `job.count` retained messages have arrived; then verify."""
     _prepare(job.cpus)
@@ -600,7 +617,17 @@ def retained_subscriber(ctl: Control, job: Job) -> None:
     t0 = time.monotonic_ns()
     send_all(sock, wire.subscribe(1, "#", 0), ctl, deadline)
     for _ in range(1 << 62):
-        if got >= expected or got == len(buf) or time.monotonic() > deadline:
+        if got >= expected:
+            # the bytes are all there unless something else was retained too: count exactly
+            topics, publishes, suback = _count_retained(view[:got])
+            if len(topics) >= job.count:
+                break
+            expected = got + (job.count - len(topics)) * msg_size
+        if got == len(buf):
+            view.release()
+            buf.extend(bytes(expected - got + (1 << 16)))
+            view = memoryview(buf)
+        if time.monotonic() > deadline:
             break
         readable, _, _ = select.select([sock], [], [], job.quiet_seconds)
         if not readable:
@@ -613,17 +640,7 @@ def retained_subscriber(ctl: Control, job: Job) -> None:
             break
         got += n
     elapsed = time.monotonic_ns() - t0
-    topics: set[bytes] = set()
-    publishes = 0
-    suback = 0
-    for first, body, _end in wire.iter_packets(view[:got]):
-        if first >> 4 == wire.PUBLISH:
-            publishes += 1
-            topic = wire.publish_topic(view, body)
-            if first & 1 and topic.startswith(b"bench/ret/"):
-                topics.add(topic)
-        elif first >> 4 == wire.SUBACK:
-            suback += 1
+    topics, publishes, suback = _count_retained(view[:got])
     ctl.set(job.slot, DELIVERED, len(topics))
     ctl.set(job.slot, EXTRA, publishes)
     ctl.set(job.slot, VALUE, elapsed)

@@ -232,6 +232,13 @@ class Dispatcher:
         """Write one PUBLISH to a connection."""
         message = delivery.message
         session = conn.session
+        if conn.receiver is not None:
+            # In-process link: hand over the message itself; taking it is acknowledging it.
+            self.counters.sent += 1
+            conn.receiver.receive(message, delivery.qos, delivery.retain)
+            if delivery.qos > 0 and session is not None and session.persistent:
+                self.hooks.qos_completed(session.client_id, delivery)
+            return
         if delivery.qos > 0 and not delivery.packet_id:
             assert session is not None
             session.outbound.start(delivery)

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from gateway.codec.packets import MQTT_5, Will
 from gateway.inflight import Outbound
+from gateway.message import Message
 from gateway.router import SubOptions
 
 NEVER_EXPIRES = 0xFFFFFFFF
@@ -49,6 +50,13 @@ class Sink(Protocol):
         """Bytes written but not yet accepted by the operating system."""
 
 
+class MessageReceiver(Protocol):
+    """An in-process consumer: takes routed messages without any encoding."""
+
+    def receive(self, message: Message, qos: int, retain: bool) -> None:
+        """One message matched a subscription of the link."""
+
+
 @dataclass(slots=True, eq=False)
 class Connection:
     """One live network (or in-process) connection."""
@@ -76,6 +84,7 @@ class Connection:
     incoming_inflight: int = 0
     closed: bool = False
     info: ClientInfo | None = None
+    receiver: MessageReceiver | None = None  # in-process links get messages, not bytes
     will_suppressed: bool = False  # normal DISCONNECT (reason 0x00)
     sent_disconnect: bool = False
 
