@@ -432,8 +432,9 @@ class MosquittoSub:
     def __init__(self, broker: BrokerProcess, *args: str, version: str = "mqttv311") -> None:
         from tests.conftest import require
 
-        cmd = [require("mosquitto_sub"), "-h", broker.host, "-p", str(broker.port), "-V",
-               version, "-d", "-F", "MSG|%t|%q|%r|%p", *args]
+        # stdbuf: mosquitto_sub's stdout is block-buffered when it is not a terminal
+        cmd = [require("stdbuf"), "-oL", require("mosquitto_sub"), "-h", broker.host,
+               "-p", str(broker.port), "-V", version, "-d", "-F", "MSG|%t|%q|%r|%p", *args]
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True, bufsize=1)
         self.output: list[str] = []

@@ -71,10 +71,11 @@ class Harness:
         self.broker.handle(conn, connect, self.now)
         return conn, sink
 
-    def subscribe(self, conn: Connection, topic_filter: str, qos: int = 0, **options: object) -> None:
-        self.broker.handle(
-            conn, Subscribe(1, [Subscription(topic_filter, qos, **options)]), self.now  # type: ignore[arg-type]
-        )
+    def subscribe(
+        self, conn: Connection, topic_filter: str, qos: int = 0, **options: object
+    ) -> None:
+        subscription = Subscription(topic_filter, qos, **options)  # type: ignore[arg-type]
+        self.broker.handle(conn, Subscribe(1, [subscription]), self.now)
 
     def send(self, conn: Connection, packet: Packet) -> None:
         self.broker.handle(conn, packet, self.now)
