@@ -44,7 +44,12 @@ from gateway.codec.packets import (
     Unsubscribe,
     Will,
 )
-from gateway.codec.reason_codes import SUBACK_FAILURE_V3, ReasonCode, v3_connack_code
+from gateway.codec.reason_codes import (
+    ALLOWED_REASON_CODES,
+    SUBACK_FAILURE_V3,
+    ReasonCode,
+    v3_connack_code,
+)
 from gateway.config import Config
 from gateway.delivery import Dispatcher
 from gateway.hooks import Access, BrokerHooks, RestoredState, SessionRecord
@@ -57,6 +62,7 @@ from gateway.sys_topics import SysPublisher
 from gateway.topics import parse_shared
 
 log = logging.getLogger("outpost.broker")
+_CONNACK_CODES = ALLOWED_REASON_CODES["CONNACK"]
 
 
 @dataclass(slots=True)
@@ -199,6 +205,13 @@ class Broker:
 
     def decode_error(self, conn: Connection, error: MQTTProtocolError) -> None:
         """The codec refused bytes from `conn`."""
+        if conn.session is None and error.protocol_level == MQTT_5 and not conn.closed:
+            # A v5 CONNECT that does not parse: a CONNACK carrying the reason, then close.
+            log.info("bad CONNECT from %s: %s", conn.peer, error.reason)
+            conn.version = MQTT_5
+            code = error.reason_code
+            self._refuse(conn, code if code in _CONNACK_CODES else ReasonCode.MALFORMED_PACKET)
+            return
         self.protocol_error(conn, error.reason_code, error.reason)
 
     def connection_lost(self, conn: Connection, now: float) -> None:
@@ -377,6 +390,12 @@ class Broker:
         props = packet.properties
         topic = packet.topic
         if conn.is_v5 and props is not NO_PROPERTIES:
+            if props.subscription_identifiers:
+                # [MQTT-3.3.4-6]: only the server puts subscription identifiers in PUBLISH.
+                self.protocol_error(
+                    conn, ReasonCode.PROTOCOL_ERROR, "subscription identifier in PUBLISH"
+                )
+                return
             alias = props.topic_alias
             if alias is not None:
                 if alias > self.limits.topic_alias_maximum:

@@ -198,7 +198,7 @@ class Dispatcher:
         window = self.window(conn)
         while outbound.queue:
             head = outbound.queue[0]
-            if head.message.expired(now):
+            if head.message.expired(now) and not head.packet_id:  # not once delivery started
                 outbound.pop()
                 self.counters.expired += 1
                 if head.qos > 0 and session.persistent:
@@ -222,11 +222,24 @@ class Dispatcher:
         """After a reconnect: resend unacknowledged PUBLISH (DUP) and PUBREL, in order."""
         conn = session.connection
         assert conn is not None
-        for delivery in list(session.outbound.inflight.values()):
+        outbound = session.outbound
+        window = self.window(conn)
+        in_window = 0
+        held: list[Delivery] = []
+        for delivery in list(outbound.inflight.values()):
             if delivery.released:
                 conn.sink.write(encode(PubRel(delivery.packet_id), conn.version))
-            else:
+                in_window += 1
+            elif in_window < window:
                 self.send(conn, delivery, now)
+                in_window += 1
+            else:
+                # [MQTT-3.3.4-9] the new connection may allow fewer in flight: the rest wait
+                # at the head of the queue, keeping their packet identifiers (resent with DUP).
+                del outbound.inflight[delivery.packet_id]
+                held.append(delivery)
+        for delivery in reversed(held):
+            outbound.requeue_front(delivery)
 
     def send(self, conn: Connection, delivery: Delivery, now: float) -> None:
         """Write one PUBLISH to a connection."""
@@ -246,7 +259,9 @@ class Dispatcher:
                 self.hooks.qos_updated(session.client_id, delivery)
         elif delivery.qos > 0 and session is not None:
             session.outbound.inflight[delivery.packet_id] = delivery
+        new_alias = False
         if conn.client_topic_alias_maximum and conn.is_v5:
+            new_alias = message.topic not in conn.aliases_out
             data = self._encode_with_alias(conn, delivery, now)
         else:
             data = message.encode_for(
@@ -256,6 +271,9 @@ class Dispatcher:
         if len(data) > conn.client_max_packet_size:
             # MQTT-3.1.2-25: discard as if it had been delivered.
             self.counters.too_large += 1
+            if new_alias:
+                # The client never sees this packet, so it must not learn the alias from it.
+                conn.aliases_out.pop(message.topic, None)
             if delivery.qos > 0 and session is not None:
                 session.outbound.inflight.pop(delivery.packet_id, None)
                 if session.persistent:

@@ -27,11 +27,17 @@ from gateway.codec import NEED_DATA, decode
 from gateway.codec.errors import MQTTProtocolError, UnsupportedProtocolVersion
 from gateway.codec.packets import Publish
 from gateway.config import ListenerConfig
+from gateway.delivery import HIGH_WATER
 from gateway.session import Connection
 
 log = logging.getLogger("outpost.server")
 
 TICK_SECONDS = 0.5
+# Output is written at the end of the loop iteration, or at once when this much is waiting.
+FLUSH_BYTES = 64 * 1024
+# libuv may hand a busy socket's data over in many reads per iteration; after this many bytes
+# reading pauses until the next iteration so output, timers and other clients get their turn.
+READ_BURST = 256 * 1024
 _UNSUPPORTED_VERSION_CONNACK = b"\x20\x02\x00\x01"  # 3.1.1 CONNACK, return code 1
 
 
@@ -48,12 +54,15 @@ class MQTTConnection(asyncio.Protocol):
         self.held: list[bytes] = []
         self.in_commit: list[bytes] | None = None
         self.closing = False
+        self.paused = False
+        self.read_bytes = 0
         self.conn: Connection
 
     # -- asyncio callbacks -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(HIGH_WATER, HIGH_WATER // 4)
         peer = transport.get_extra_info("peername")
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.conn = self.server.broker.open_connection(
@@ -66,6 +75,11 @@ class MQTTConnection(asyncio.Protocol):
         server.broker.sys.bytes_received += len(data)
         if self.closing:
             return
+        self.read_bytes += len(data)
+        if self.read_bytes >= READ_BURST and self.transport is not None:
+            self.read_bytes = 0
+            self.transport.pause_reading()
+            server.loop.call_soon(self._resume_reading)
         if self.buffer:
             self.buffer += data
             data = bytes(self.buffer)
@@ -99,17 +113,25 @@ class MQTTConnection(asyncio.Protocol):
         if offset < end:
             self.buffer += data[offset:] if offset else data
 
+    def _resume_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server.connections.discard(self)
         self.server.broker.connection_lost(self.conn, self.server.loop.time())
 
     def pause_writing(self) -> None:
-        pass  # backlog() reports the transport's buffer; the broker queues meanwhile
+        self.paused = True  # backlog() is above HIGH_WATER: the broker queues meanwhile
 
     def resume_writing(self) -> None:
+        self.paused = False
+        self._pump()
+
+    def _pump(self) -> None:
         session = self.conn.session
-        if session is not None:
+        if session is not None and session.outbound.queue:
             self.server.broker.dispatch.pump(session, self.server.loop.time())
 
     # -- Sink (called by the broker core) ---------------------------------------------
@@ -124,7 +146,9 @@ class MQTTConnection(asyncio.Protocol):
             return
         self.out.append(data)
         self.out_bytes += len(data)
-        if len(self.out) == 1:
+        if self.out_bytes >= FLUSH_BYTES:
+            self.flush()
+        elif len(self.out) == 1:
             self.server.mark_dirty(self)
 
     def close(self) -> None:
@@ -139,9 +163,12 @@ class MQTTConnection(asyncio.Protocol):
             self.transport.close()
 
     def backlog(self) -> int:
-        transport = self.transport
-        size = transport.get_write_buffer_size() if transport is not None else 0
-        return size + self.out_bytes
+        # Only a paused transport (buffer above HIGH_WATER) makes the broker queue, because
+        # only then is a resume_writing() -> pump guaranteed to follow; our own list never
+        # reaches HIGH_WATER since it is written through at FLUSH_BYTES.
+        if self.paused and self.transport is not None:
+            return self.transport.get_write_buffer_size() + self.out_bytes
+        return self.out_bytes
 
     # -- output ------------------------------------------------------------------------
 

@@ -132,13 +132,13 @@ def decode(
     `MQTTProtocolError` subclass (with its reason code) if the bytes break the protocol,
     `PacketTooLarge` as soon as the fixed header announces more than `max_packet_size`.
     """
+    table = _FIRST_OK.get(version)
+    if table is None:
+        raise LocalProtocolError(f"unknown protocol version {version!r}")
     n = len(buf)
     if not n:
         return NEED_DATA
     first = buf[0]
-    table = _FIRST_OK.get(version)
-    if table is None:
-        raise LocalProtocolError(f"unknown protocol version {version!r}")
     if not table[first]:
         _reject_first(first, version)
     if n < 2:
