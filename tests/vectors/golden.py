@@ -382,7 +382,9 @@ ACK_CASES = (
     Golden("pubrel-v311", 4, h("62 02", "00 07"), PubRel(7)),      # PUBREL (flags 0b0010)
     Golden("pubcomp-v311", 4, h("70 02", "ff ff"), PubComp(0xFFFF)),
     Golden("puback-v31", 3, h("40 02", "12 34"), PubAck(0x1234)),
+    Golden("pubrec-v31", 3, h("50 02", "00 08"), PubRec(8)),
     Golden("pubrel-v31", 3, h("62 02", "00 09"), PubRel(9)),
+    Golden("pubcomp-v31", 3, h("70 02", "00 08"), PubComp(8)),
     Golden("puback-v5-short-form", 5, h(
         "40 02",                    # PUBACK, remaining length 2: success, no properties
         "00 01",                    # packet id 1

@@ -50,8 +50,8 @@ FIXED_HEADER = (
     C("type-0-reserved-v5", 5, "00 00", M, "packet type 0 is reserved"),
     C("connect-flags", 0, "11 00", M, "CONNECT fixed header flags must be 0"),
     C("connack-flags", 4, "21 02 | 00 00", M, "CONNACK flags must be 0"),
-    C("publish-qos3", 4, "36 05 | 00 03 61 2f 62", M, "PUBLISH QoS 3 [MQTT-3.3.1-4]"),
-    C("publish-qos3-v5", 5, "36 06 | 00 03 61 2f 62 | 00", M, "PUBLISH QoS 3"),
+    C("publish-qos3", 4, "36 07 | 00 03 61 2f 62 | 00 01", M, "PUBLISH QoS 3 [MQTT-3.3.1-4]"),
+    C("publish-qos3-v5", 5, "36 08 | 00 03 61 2f 62 | 00 01 | 00", M, "PUBLISH QoS 3"),
     C("publish-dup-qos0", 4, "38 05 | 00 03 61 2f 62", M, "DUP with QoS 0 [MQTT-3.3.1-2]"),
     C("publish-dup-qos0-retain-v5", 5, "39 06 | 00 03 61 2f 62 | 00", M, "DUP with QoS 0"),
     C("puback-flags", 4, "41 02 | 00 01", M, "PUBACK flags must be 0"),
@@ -99,7 +99,7 @@ CONNECT = (
       M, "protocol name 'MQTX' [MQTT-3.1.2-1]: not MQTT, close without CONNACK"),
     C("connect-protocol-name-empty", 0, "10 08 | 00 00 | 04 | 02 | 00 3c | 00 00", M,
       "empty protocol name"),
-    C("connect-level-6", 0, f"10 0c | 00 04 4d 51 54 54 | 06 | 02 | 00 3c | 00 00", U,
+    C("connect-level-6", 0, "10 0c | 00 04 4d 51 54 54 | 06 | 02 | 00 3c | 00 00", U,
       "protocol level 6 [MQTT-3.1.2-2]"),
     C("connect-mqtt-level-3", 0, "10 0c | 00 04 4d 51 54 54 | 03 | 02 | 00 3c | 00 00", U,
       "level 3 is spelled MQIsdp"),
@@ -182,7 +182,8 @@ CONNECT = (
 )
 
 CONNACK = (
-    C("connack-reserved-flags", 4, "20 02 | 02 | 00", M, "acknowledge flags bits 7-1 [MQTT-3.2.2-1]"),
+    C("connack-reserved-flags", 4, "20 02 | 02 | 00", M,
+      "acknowledge flags bits 7-1 [MQTT-3.2.2-1]"),
     C("connack-return-code-6", 4, "20 02 | 00 | 06", M, "3.1.1 return codes 6-255 are reserved"),
     C("connack-session-present-refused", 4, "20 02 | 01 | 05", P,
       "session present with a refusal [MQTT-3.2.2-4]"),
@@ -243,7 +244,8 @@ PUBLISH = (
       "30 10 | 00 03 61 2f 62 | 0a | 02 00 00 00 01 | 02 00 00 00 02", P,
       "message expiry interval twice"),
     C("publish-v5-session-expiry-not-allowed", 5,
-      "30 0b | 00 03 61 2f 62 | 05 | 11 00 00 00 01", M, "session expiry is not a PUBLISH property"),
+      "30 0b | 00 03 61 2f 62 | 05 | 11 00 00 00 01", M,
+      "session expiry is not a PUBLISH property"),
     C("publish-v5-reason-string-not-allowed", 5,
       "30 0b | 00 03 61 2f 62 | 05 | 1f 00 02 61 62", M, "reason string in PUBLISH"),
     C("publish-v5-unknown-property", 5, "30 08 | 00 03 61 2f 62 | 02 | 05 00", M,
@@ -380,4 +382,6 @@ CONTROL = (
       "string length cut by the property length"),
 )
 
-MALFORMED: tuple[Malformed, ...] = FIXED_HEADER + CONNECT + CONNACK + PUBLISH + ACKS + SUBSCRIBE + CONTROL
+MALFORMED: tuple[Malformed, ...] = (
+    FIXED_HEADER + CONNECT + CONNACK + PUBLISH + ACKS + SUBSCRIBE + CONTROL
+)
