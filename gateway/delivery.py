@@ -68,30 +68,22 @@ class Dispatcher:
 
     def route(self, message: Message, now: float) -> int:
         """Deliver `message` to every matching subscription; returns how many sessions."""
-        plain, groups = self.table.match(message.topic)
-        if not plain and not groups:
+        targets, groups = self.table.match(message.topic)
+        if not targets and not groups:
             return 0
         publisher = message.origin
-        targets: dict[str, tuple[int, bool, list[int]]] = {}
-        for client_id, options in plain:
-            if options.no_local and client_id == publisher:
-                continue
-            previous = targets.get(client_id)
-            sub_ids = [options.subscription_id] if options.subscription_id else []
-            if previous is None:
-                targets[client_id] = (options.qos, options.retain_as_published, sub_ids)
-            else:
-                qos, rap, ids = previous
-                targets[client_id] = (
-                    max(qos, options.qos), rap or options.retain_as_published, ids + sub_ids
-                )
+        sessions = self.sessions
+        qos_in = message.qos
         count = 0
-        for client_id, (qos, rap, ids) in targets.items():
-            session = self.sessions.get(client_id)
+        for matched in targets:
+            target = matched.own if matched.no_local and matched.client_id == publisher else matched
+            if target is None:
+                continue
+            session = sessions.get(target.client_id)
             if session is not None and self._may_read(session, message.topic):
                 self.deliver(
-                    session, message, min(qos, message.qos), message.retain and rap,
-                    tuple(ids), now,
+                    session, message, target.qos if target.qos < qos_in else qos_in,
+                    message.retain and target.retain_as_published, target.subscription_ids, now,
                 )
                 count += 1
         for group in groups:

@@ -3,8 +3,11 @@
 How this works: each subscribed filter is a path of levels in the trie (`+` and `#` are ordinary
 children with special meaning during matching). A node holds the plain subscribers of that
 filter and, separately, its `$share` groups. `match(topic)` walks the trie once and returns every
-plain subscription and every shared group that matches; the result is cached per topic until
-the table next changes, so a steady stream on a few topics costs one dict lookup per message.
+plain subscription and every shared group that matches. Overlapping subscriptions of one client
+are folded into one `Target` (highest QoS, every subscription identifier), with a second fold
+that leaves out noLocal subscriptions for when the client itself is the publisher. The result is
+cached per topic until the table next changes, so a steady stream on a few topics costs one
+dict lookup per message.
 Filters that start with a wildcard never match topics starting with `$` (MQTT-4.7.2-1).
 
 Pure and synchronous: no I/O, no clock.
@@ -28,6 +31,34 @@ class SubOptions:
     subscription_id: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Everything one client's matching plain subscriptions ask for, folded together."""
+
+    client_id: str
+    qos: int
+    retain_as_published: bool
+    subscription_ids: tuple[int, ...]
+    no_local: bool  # some subscription is noLocal: use `own` when the client publishes
+    own: Target | None  # the fold without the noLocal subscriptions (None: nothing left)
+
+
+def fold(client_id: str, options: list[SubOptions]) -> Target | None:
+    """Fold one client's matching subscriptions into a Target (None when there are none)."""
+    if not options:
+        return None
+    local = [o for o in options if not o.no_local]
+    no_local = len(local) != len(options)
+    return Target(
+        client_id,
+        max(o.qos for o in options),
+        any(o.retain_as_published for o in options),
+        tuple(o.subscription_id for o in options if o.subscription_id),
+        no_local,
+        fold(client_id, local) if no_local else None,
+    )
+
+
 @dataclass(slots=True)
 class SharedGroup:
     """The members of one `$share/{group}/{filter}` and the round-robin cursor."""
@@ -48,7 +79,7 @@ class _Node:
         return not (self.children or self.subscribers or self.shared)
 
 
-Match = tuple[list[tuple[str, SubOptions]], list[SharedGroup]]
+Match = tuple[list[Target], list[SharedGroup]]
 
 
 class SubscriptionTable:
@@ -118,9 +149,13 @@ class SubscriptionTable:
         groups: list[SharedGroup] = []
         levels = topic.split("/")
         self._walk(self._root, levels, 0, topic.startswith("$"), plain, groups)
+        by_client: dict[str, list[SubOptions]] = {}
+        for client_id, options in plain:
+            by_client.setdefault(client_id, []).append(options)
+        targets = [fold(client_id, options) for client_id, options in by_client.items()]
         if len(self._cache) >= MATCH_CACHE_SIZE:
             self._cache.clear()
-        result = (plain, groups)
+        result = ([t for t in targets if t is not None], groups)
         self._cache[topic] = result
         return result
 

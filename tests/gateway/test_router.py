@@ -30,7 +30,7 @@ def test_table_matches_reference(subscribed: list[str], topic: str) -> None:
     for index, topic_filter in enumerate(subscribed):
         table.subscribe(f"c{index}", topic_filter, SubOptions())
     plain, _ = table.match(topic)
-    got = {client for client, _ in plain}
+    got = {target.client_id for target in plain}
     expected = {f"c{i}" for i, f in enumerate(subscribed) if topic_matches(f, topic)}
     assert got == expected
 
@@ -48,7 +48,7 @@ def test_retained_matches_reference(topics: list[str], topic_filter: str) -> Non
 def test_unsubscribe_prunes_and_invalidates_cache() -> None:
     table = SubscriptionTable()
     table.subscribe("c1", "a/+/c", SubOptions(qos=1))
-    assert [c for c, _ in table.match("a/b/c")[0]] == ["c1"]
+    assert [t.client_id for t in table.match("a/b/c")[0]] == ["c1"]
     assert table.unsubscribe("c1", "a/+/c")
     assert table.match("a/b/c") == ([], [])
     assert not table.unsubscribe("c1", "a/+/c")
@@ -62,7 +62,7 @@ def test_shared_groups_are_separate_from_plain() -> None:
     table.subscribe("c2", "s/#", SubOptions(), group="g")
     table.subscribe("c3", "s/#", SubOptions())
     plain, groups = table.match("s/1")
-    assert [c for c, _ in plain] == ["c3"]
+    assert [t.client_id for t in plain] == ["c3"]
     assert len(groups) == 1 and set(groups[0].members) == {"c1", "c2"}
 
 
@@ -77,3 +77,19 @@ def test_retained_delete_and_expiry() -> None:
     assert store.set(Message("a/b", b"", 0, True))
     assert store.count == 0 and store.get("a/b") is None
     assert not store.set(Message("a/b", b"", 0, True))
+
+
+def test_overlapping_subscriptions_fold_per_client() -> None:
+    table = SubscriptionTable()
+    table.subscribe("c", "a/#", SubOptions(qos=0, subscription_id=1))
+    table.subscribe("c", "a/+", SubOptions(qos=2, no_local=True, subscription_id=2))
+    table.subscribe("c", "+/b", SubOptions(qos=1, retain_as_published=True))
+    (target,), _ = table.match("a/b")
+    assert (target.qos, target.retain_as_published) == (2, True)
+    assert sorted(target.subscription_ids) == [1, 2]
+    assert target.no_local and target.own is not None
+    assert (target.own.qos, target.own.subscription_ids) == (1, (1,))
+    table.unsubscribe("c", "a/#")
+    table.unsubscribe("c", "+/b")
+    (only,), _ = table.match("a/b")
+    assert only.no_local and only.own is None
