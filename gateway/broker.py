@@ -94,25 +94,28 @@ class Broker:
 
     def restore(self, state: RestoredState, now: float) -> None:
         """Rebuild sessions, queues, in-flight state and retained messages from a store."""
-        limits = self.limits
-        for record, deliveries in state.sessions:
+        for restored in state.sessions:
+            record = restored.record
             session = Session(
-                record.client_id, record.protocol_level,
-                Outbound(limits.max_queued_messages, limits.max_queued_bytes,
-                         limits.queue_overflow == "drop-oldest"),
+                record.client_id, record.protocol_level, self._new_outbound(),
                 record.expiry_interval, dict(record.subscriptions),
-                disconnected_at=now,
+                awaiting_release=set(restored.awaiting_release),
+                disconnected_at=now if record.disconnected_at is None else record.disconnected_at,
             )
             for topic_filter, options in record.subscriptions.items():
                 group, actual = parse_shared(topic_filter)
                 self.table.subscribe(record.client_id, actual, options, group)
-            for delivery in deliveries:
+            outbound = session.outbound
+            for delivery in restored.deliveries:
                 if delivery.packet_id:
                     delivery.sent = True  # resent with DUP on reconnect
-                    session.outbound.inflight[delivery.packet_id] = delivery
+                    outbound.inflight[delivery.packet_id] = delivery
                 else:
-                    session.outbound.queue.append(delivery)
-                    session.outbound.queued_bytes += delivery.message.size
+                    outbound.queue.append(delivery)
+                    outbound.queued_bytes += delivery.message.size
+                outbound.last_seq = max(outbound.last_seq, delivery.store_seq)
+            outbound.spilled = restored.spilled
+            outbound.spilled_bytes = restored.spilled_bytes
             self.sessions[record.client_id] = session
             if record.will is not None:
                 # The connection ended with the old process, without a DISCONNECT.
@@ -127,6 +130,13 @@ class Broker:
                 "restored %d session(s) and %d retained message(s)",
                 len(state.sessions), len(state.retained),
             )
+
+    def _new_outbound(self) -> Outbound:
+        limits = self.limits
+        return Outbound(
+            limits.max_queued_messages, limits.max_queued_bytes,
+            limits.queue_overflow == "drop-oldest", self.config.storage.queue_page,
+        )
 
     # -- connections -------------------------------------------------------------------
 
@@ -189,7 +199,10 @@ class Broker:
             props = Properties(reason_string=message) if conn.request_problem_information else (
                 NO_PROPERTIES
             )
-            conn.sink.write(encode(Disconnect(reason, props), MQTT_5))
+            data = encode(Disconnect(reason, props), MQTT_5)
+            if len(data) > conn.client_max_packet_size:  # [MQTT-3.14.2-3]: drop the string
+                data = encode(Disconnect(reason), MQTT_5)
+            conn.sink.write(data)
             conn.sent_disconnect = True
         conn.sink.close()
         conn.closed = True
@@ -229,6 +242,8 @@ class Broker:
         session.will = None
         if session.expiry_interval == 0:
             self._end_session(session, now)
+        else:
+            self.hooks.session_saved(self._record(session))
 
     # -- CONNECT -----------------------------------------------------------------------
 
@@ -322,12 +337,7 @@ class Broker:
             session = None
         present = session is not None
         if session is None:
-            limits = self.limits
-            session = Session(
-                client_id, packet.protocol_level,
-                Outbound(limits.max_queued_messages, limits.max_queued_bytes,
-                         limits.queue_overflow == "drop-oldest"),
-            )
+            session = Session(client_id, packet.protocol_level, self._new_outbound())
             self.sessions[client_id] = session
         session.protocol_level = packet.protocol_level
         session.expiry_interval = expiry
@@ -351,10 +361,13 @@ class Broker:
             self.hooks.session_deleted(session.client_id)
 
     def _record(self, session: Session) -> SessionRecord:
+        pending = self.pending_wills.get(session.client_id)
+        will = session.will if pending is None else pending.will
         return SessionRecord(
             session.client_id, session.protocol_level, session.expiry_interval,
-            dict(session.subscriptions), session.will,
-            (session.will.properties.will_delay_interval or 0) if session.will else 0,
+            dict(session.subscriptions), will,
+            (will.properties.will_delay_interval or 0) if will else 0,
+            session.disconnected_at,
         )
 
     # -- wills -------------------------------------------------------------------------
@@ -421,7 +434,9 @@ class Broker:
             if packet.packet_id in session.awaiting_release:
                 conn.sink.write(encode(PubRec(packet.packet_id or 0), conn.version))
                 return
-            if len(session.awaiting_release) >= self.limits.receive_maximum:
+            # Receive Maximum is a 5.0 promise; a 3.1.x client was never told of a limit
+            # (its packet ids bound the set at 65535).
+            if conn.is_v5 and len(session.awaiting_release) >= self.limits.receive_maximum:
                 self.protocol_error(
                     conn, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded"
                 )
@@ -440,12 +455,37 @@ class Broker:
         )
         if qos == 0 and raw:
             message.seed_raw(raw, V3_VERSIONS if not conn.is_v5 else (MQTT_5,))
+        elif qos and self.gated_acks and not self.hooks.accepting():
+            self._store_full(conn, packet)
+            return
         self.publish(message, now, conn.info)
-        if qos == 1:
-            conn.sink.write(encode(PubAck(packet.packet_id or 0), conn.version), self.gated_acks)
-        elif qos == 2:
-            session.awaiting_release.add(packet.packet_id or 0)
-            conn.sink.write(encode(PubRec(packet.packet_id or 0), conn.version), self.gated_acks)
+        if not qos:
+            return
+        pid = packet.packet_id or 0
+        if self.dispatch.rejected and conn.is_v5 and self.limits.queue_overflow == "reject":
+            self._refuse_publish(conn, packet, ReasonCode.QUOTA_EXCEEDED)
+        elif qos == 1:
+            conn.sink.write(encode(PubAck(pid), conn.version), self.gated_acks)
+        else:
+            session.awaiting_release.add(pid)
+            if session.persistent:
+                self.hooks.qos2_received(session.client_id, pid)
+            conn.sink.write(encode(PubRec(pid), conn.version), self.gated_acks)
+
+    def _store_full(self, conn: Connection, packet: Publish) -> None:
+        """The durable store cannot take more: never acknowledge what was not stored."""
+        self.counters.store_full += 1
+        if self.counters.store_full == 1 or self.counters.store_full % 1000 == 0:
+            log.error(
+                "store full (size cap or disk headroom): refused %d QoS 1/2 message(s) so far",
+                self.counters.store_full,
+            )
+        if conn.is_v5:
+            self._refuse_publish(conn, packet, ReasonCode.QUOTA_EXCEEDED)
+        else:
+            # 3.1.x has no way to say "not stored": close unacknowledged; the client resends.
+            conn.sink.close()
+            conn.closed = True
 
     def _refuse_publish(self, conn: Connection, packet: Publish, reason: int) -> None:
         """Answer a PUBLISH that is not accepted (v5 reason code; 3.1.x: acked and dropped)."""
@@ -505,6 +545,8 @@ class Broker:
         code = 0
         if packet.packet_id in session.awaiting_release:
             session.awaiting_release.discard(packet.packet_id)
+            if session.persistent:
+                self.hooks.qos2_released(session.client_id, packet.packet_id)
         elif conn.is_v5:
             code = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
         conn.sink.write(encode(PubComp(packet.packet_id, code), conn.version))

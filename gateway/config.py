@@ -88,7 +88,10 @@ class LimitsConfig(_Section):
     max_packet_size: Annotated[int, Field(ge=64, le=268_435_460)] = 1_048_576
     max_queued_messages: Annotated[int, Field(ge=1)] = 1000
     max_queued_bytes: Annotated[int, Field(ge=1024)] = 16 * 1024 * 1024
-    queue_overflow: Literal["drop-oldest", "drop-newest"] = "drop-oldest"
+    queue_overflow: Literal["drop-oldest", "drop-newest", "reject"] = Field(
+        default="drop-oldest",
+        description='"reject": v5 publishers get 0x97 quota exceeded (3.1.x: drop-newest)',
+    )
     queue_qos0: bool = Field(default=False, description="queue QoS 0 for offline sessions")
     receive_maximum: Annotated[int, Field(ge=1, le=65535)] = 64
     max_inflight: Annotated[int, Field(ge=1, le=65535)] = 64
@@ -97,6 +100,27 @@ class LimitsConfig(_Section):
     connect_timeout: Annotated[float, Field(gt=0)] = 10.0
     max_session_expiry: Annotated[int, Field(ge=0)] = 0xFFFFFFFF
     max_client_id_length: Annotated[int, Field(ge=23, le=65535)] = 256
+
+
+class StorageConfig(_Section):
+    """The SQLite store under the state directory."""
+
+    durability: Literal["full", "normal", "memory"] = Field(
+        default="full",
+        description='"full": fsync per group commit (survives power loss); "normal": survives '
+        'a process crash; "memory": nothing on disk',
+    )
+    state_dir: Path | None = Field(
+        default=None, description="directory of outpost.db; `outpost run --state-dir` overrides"
+    )
+    commit_interval_ms: Annotated[float, Field(ge=0, le=1000)] = Field(
+        default=2.0, description="how long a group commit may wait to gather more work"
+    )
+    queue_page: Annotated[int, Field(ge=10, le=100_000)] = Field(
+        default=1000, description="queued messages per offline session kept in memory"
+    )
+    max_db_bytes: Annotated[int, Field(ge=1 << 20)] = 2 << 30
+    min_free_bytes: Annotated[int, Field(ge=0)] = 64 << 20
 
 
 class SysConfig(_Section):
@@ -113,6 +137,7 @@ class Config(_Section):
         default_factory=lambda: [ListenerConfig(bind=f"127.0.0.1:{DEFAULT_PORT}")]
     )
     limits: LimitsConfig = LimitsConfig()
+    storage: StorageConfig = StorageConfig()
     sys: SysConfig = SysConfig()
 
 

@@ -23,7 +23,7 @@ from gateway.codec import encode
 from gateway.codec.packets import Publish, PubRel
 from gateway.config import LimitsConfig
 from gateway.hooks import Access, BrokerHooks
-from gateway.inflight import Delivery
+from gateway.inflight import Delivery, PageLoader
 from gateway.message import Message
 from gateway.router import SharedGroup, SubOptions, SubscriptionTable
 from gateway.session import Connection, Session
@@ -45,6 +45,7 @@ class Counters:
     expired: int = 0
     too_large: int = 0
     denied: int = 0
+    store_full: int = 0
 
 
 class Dispatcher:
@@ -62,6 +63,7 @@ class Dispatcher:
         self.hooks = hooks
         self.limits = limits
         self.counters = Counters()
+        self.rejected = 0  # deliveries the last route() could not queue
         self.check_read = type(hooks).check_acl is not BrokerHooks.check_acl
 
     # -- routing -----------------------------------------------------------------------
@@ -70,31 +72,35 @@ class Dispatcher:
         """Deliver `message` to every matching subscription; returns how many sessions."""
         targets, groups = self.table.match(message.topic)
         if not targets and not groups:
+            self.rejected = 0
             return 0
         publisher = message.origin
         sessions = self.sessions
         qos_in = message.qos
         count = 0
+        self.rejected = 0
         for matched in targets:
             target = matched.own if matched.no_local and matched.client_id == publisher else matched
             if target is None:
                 continue
             session = sessions.get(target.client_id)
             if session is not None and self._may_read(session, message.topic):
-                self.deliver(
+                if not self.deliver(
                     session, message, target.qos if target.qos < qos_in else qos_in,
                     message.retain and target.retain_as_published, target.subscription_ids, now,
-                )
+                ):
+                    self.rejected += 1
                 count += 1
         for group in groups:
             picked = self._pick_member(group, publisher)
             if picked is not None:
                 session, options = picked
-                self.deliver(
+                if not self.deliver(
                     session, message, min(options.qos, message.qos),
                     message.retain and options.retain_as_published,
                     (options.subscription_id,) if options.subscription_id else (), now,
-                )
+                ):
+                    self.rejected += 1
                 count += 1
         return count
 
@@ -140,31 +146,40 @@ class Dispatcher:
         subscription_ids: tuple[int, ...],
         now: float,
         unbounded: bool = False,
-    ) -> None:
-        """Send or queue one message for one session."""
+    ) -> bool:
+        """Send or queue one message for one session; False if the queue refused it."""
         delivery = Delivery(message, qos, retain, subscription_ids)
         outbound = session.outbound
         conn = session.connection
-        if conn is not None and not conn.closed and not outbound.queue:
+        if conn is not None and not conn.closed and not outbound.queue and not outbound.spilled:
             if qos == 0:
                 if unbounded or conn.sink.backlog() < HIGH_WATER:
                     self.send(conn, delivery, now)
-                    return
+                    return True
             elif len(outbound.inflight) < self.window(conn):
                 if session.persistent:
                     self.hooks.qos_stored(session.client_id, delivery)
                 self.send(conn, delivery, now)
-                return
+                return True
         elif conn is None and qos == 0 and not self.limits.queue_qos0:
-            return  # QoS 0 is not queued for offline sessions unless configured
+            return True  # QoS 0 is not queued for offline sessions unless configured
+        spills = qos > 0 and session.persistent and self.hooks.durable
         if qos > 0 and session.persistent:
             self.hooks.qos_stored(session.client_id, delivery)
-        if unbounded:
+        if unbounded and not outbound.spilled:
             outbound.queue.append(delivery)
             outbound.queued_bytes += message.size
-            return
-        for dropped in outbound.enqueue(delivery):
+            return True
+        accepted = True
+        loader = self._loader(session) if spills else None
+        for dropped in outbound.enqueue(delivery, loader):
+            accepted = accepted and dropped is not delivery
             self._dropped(session, dropped)
+        return accepted
+
+    def _loader(self, session: Session) -> PageLoader:
+        client_id = session.client_id
+        return lambda after, limit: self.hooks.load_deliveries(client_id, after, limit)
 
     def _dropped(self, session: Session, delivery: Delivery) -> None:
         session.dropped += 1
@@ -188,7 +203,11 @@ class Dispatcher:
             return
         outbound = session.outbound
         window = self.window(conn)
-        while outbound.queue:
+        while outbound.queue or outbound.spilled:
+            if not outbound.queue:
+                outbound.refill(self._loader(session))
+                if not outbound.queue:
+                    return
             head = outbound.queue[0]
             if head.message.expired(now) and not head.packet_id:  # not once delivery started
                 outbound.pop()

@@ -8,13 +8,19 @@ messages while the connection's socket buffer is full. The queue is bounded in m
 bytes; on overflow the policy drops the oldest queued message or the new one, and the caller is
 told which so it can count and log the drop.
 
+Spilling: with a durable store, at most `page` queued deliveries of a persistent session are
+kept in memory. Further ones (already stored by the store, so they carry a `store_seq`) are only
+counted in `spilled`; when the in-memory queue runs dry, `refill` pulls the next page from the
+store in `store_seq` order. Everything spilled is newer than everything in memory, so order
+holds; a QoS 0 message (never stored) arriving while deliveries are spilled is dropped and counted.
+
 Pure and synchronous.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gateway.message import Message
@@ -31,38 +37,86 @@ class Delivery:
     packet_id: int = 0
     released: bool = False  # QoS 2: PUBREC received and PUBREL sent; waiting for PUBCOMP
     sent: bool = False  # has been written at least once (DUP on resend)
+    store_seq: int = 0  # set by a durable store: order and identity on disk
+
+
+# Loads up to `limit` stored deliveries with store_seq > after (the store's load_deliveries).
+PageLoader = Callable[[int, int], list[Delivery]]
 
 
 class Outbound:
     """In-flight window and queue of one session."""
 
-    def __init__(self, max_messages: int, max_bytes: int, drop_oldest: bool) -> None:
+    def __init__(
+        self, max_messages: int, max_bytes: int, drop_oldest: bool, page: int = 1000
+    ) -> None:
         self.inflight: dict[int, Delivery] = {}
         self.queue: deque[Delivery] = deque()
         self.queued_bytes = 0
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.drop_oldest = drop_oldest
+        self.page = page
+        self.spilled = 0
+        self.spilled_bytes = 0
+        self.last_seq = 0  # highest store_seq that has been in memory
         self._next_id = 1
 
     def __len__(self) -> int:
-        return len(self.queue)
+        """Queued deliveries, in memory and spilled."""
+        return len(self.queue) + self.spilled
 
-    def enqueue(self, delivery: Delivery) -> list[Delivery]:
-        """Queue a delivery. Returns what the overflow policy dropped (maybe the new one)."""
+    def enqueue(
+        self, delivery: Delivery, loader: PageLoader | None = None
+    ) -> list[Delivery]:
+        """Queue a delivery. Returns what the overflow policy dropped (maybe the new one).
+
+        With a `loader` (durable store, persistent session) a stored delivery beyond the
+        in-memory page is spilled instead of kept.
+        """
         size = delivery.message.size
-        if size > self.max_bytes:
+        if size > self.max_bytes or (self.spilled and not delivery.store_seq):
             return [delivery]
         dropped: list[Delivery] = []
-        while len(self.queue) >= self.max_messages or self.queued_bytes + size > self.max_bytes:
-            if not self.drop_oldest or not self.queue:
+        while (
+            len(self.queue) + self.spilled >= self.max_messages
+            or self.queued_bytes + self.spilled_bytes + size > self.max_bytes
+        ):
+            if not self.drop_oldest:
+                return [delivery]
+            if not self.queue and loader is not None:
+                self.refill(loader)
+            if not self.queue:
                 return [delivery]
             oldest = self.queue.popleft()
             self.queued_bytes -= oldest.message.size
             dropped.append(oldest)
+        if loader is not None and delivery.store_seq and (
+            self.spilled or len(self.queue) >= self.page
+        ):
+            self.spilled += 1
+            self.spilled_bytes += size
+            return dropped
         self.queue.append(delivery)
         self.queued_bytes += size
+        self.last_seq = max(self.last_seq, delivery.store_seq)
         return dropped
+
+    def refill(self, loader: PageLoader) -> None:
+        """Pull the next page of spilled deliveries into memory (queue must be empty)."""
+        if self.queue or not self.spilled:
+            return
+        page = loader(self.last_seq, self.page)
+        if not page:
+            self.spilled = self.spilled_bytes = 0  # the store has nothing more
+            return
+        for delivery in page:
+            self.queue.append(delivery)
+            self.queued_bytes += delivery.message.size
+            self.spilled_bytes -= delivery.message.size
+        self.spilled = max(0, self.spilled - len(page))
+        self.spilled_bytes = max(0, self.spilled_bytes) if self.spilled else 0
+        self.last_seq = page[-1].store_seq
 
     def requeue_front(self, delivery: Delivery) -> None:
         """Put a delivery back at the head (a QoS 0 that could not be written)."""
@@ -124,3 +178,4 @@ class Outbound:
         self.inflight.clear()
         self.queue.clear()
         self.queued_bytes = 0
+        self.spilled = self.spilled_bytes = 0

@@ -33,6 +33,7 @@ class Message:
     properties: Properties = NO_PROPERTIES
     expires_at: float | None = None
     origin: str | None = None
+    store_id: int = 0  # set by a durable store: the stored body shared by its deliveries
     _shapes: dict[_ShapeKey, tuple[bytes, int]] = field(default_factory=dict, repr=False)
 
     @property

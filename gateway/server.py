@@ -131,7 +131,7 @@ class MQTTConnection(asyncio.Protocol):
 
     def _pump(self) -> None:
         session = self.conn.session
-        if session is not None and session.outbound.queue:
+        if session is not None and (session.outbound.queue or session.outbound.spilled):
             self.server.broker.dispatch.pump(session, self.server.loop.time())
 
     # -- Sink (called by the broker core) ---------------------------------------------
@@ -183,6 +183,16 @@ class MQTTConnection(asyncio.Protocol):
         self.out_bytes = 0
         self.server.broker.sys.bytes_sent += len(data)
         self.transport.write(data)
+
+    def abort(self) -> None:
+        """Drop held output and close: the store could not commit what it acknowledges."""
+        self.in_commit = None
+        self.held.clear()
+        self.out.clear()
+        self.out_bytes = 0
+        self.closing = True
+        if self.transport is not None:
+            self.transport.abort()
 
     def release(self) -> None:
         """A store flush covering `in_commit` completed: send it."""
@@ -258,7 +268,15 @@ class Server:
                 self._waiting.difference_update(batch)
                 for connection in batch:
                     connection.in_commit, connection.held = connection.held, []
-                await self.broker.hooks.flush()
+                try:
+                    await self.broker.hooks.flush()
+                except Exception:
+                    # Nothing of this batch is stored: its acknowledgements must never be
+                    # sent. Closing makes the publishers send again after reconnecting.
+                    log.exception("store commit failed: closing %d connection(s)", len(batch))
+                    for connection in batch:
+                        connection.abort()
+                    continue
                 for connection in batch:
                     connection.release()
                     if connection.held:
