@@ -4,6 +4,7 @@
 - `RawClient`: a blocking raw-socket MQTT client built on `gateway.codec`. It sends exact bytes
   (or encodes packets), reads whole frames (`recv_frame` gives the exact bytes, `recv` the
   decoded packet) and knows the few handshakes tests need (`connect`, `subscribe`, `publish`).
+  Packets that arrive while a handshake waits for its ack are kept, in order, for `recv`.
   `sync()` sends PINGREQ and returns every packet that arrived before the PINGRESP: since the
   broker handles packets in order, that proves what was (not) delivered without sleeping.
 - `PahoClient`: paho-mqtt 2.x with a message list and blocking helpers.
@@ -91,7 +92,7 @@ def frame_length(buf: bytes | bytearray) -> int | None:
     return None
 
 
-class Closed(AssertionError):
+class ClosedError(AssertionError):
     """The broker closed the connection while the test expected a packet."""
 
 
@@ -106,8 +107,13 @@ class RawClient:
         if rcvbuf is not None:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.settimeout(timeout)
-        self.sock.connect((host, port))
+        try:
+            self.sock.connect((host, port))
+        except OSError:
+            self.sock.close()
+            raise
         self.buffer = bytearray()
+        self.stash: list[bytes] = []  # frames read ahead while waiting for an ack
         self.eof = False
         self._next_id = 0
 
@@ -156,6 +162,8 @@ class RawClient:
 
     def recv_frame(self, timeout: float | None = None) -> bytes:
         """The exact bytes of the next packet from the broker."""
+        if self.stash:
+            return self.stash.pop(0)
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             total = frame_length(self.buffer)
@@ -165,7 +173,7 @@ class RawClient:
                 return frame
             try:
                 if self.eof or not self._fill(deadline):
-                    raise Closed(f"connection closed; unread bytes {bytes(self.buffer).hex()}")
+                    raise ClosedError(f"connection closed; unread bytes {bytes(self.buffer).hex()}")
             except TimeoutError:
                 raise AssertionError(
                     f"no packet within the timeout; partial bytes {bytes(self.buffer).hex()}"
@@ -192,7 +200,8 @@ class RawClient:
             raise AssertionError(
                 f"connection still open; received {bytes(self.buffer).hex()}"
             ) from None
-        data = bytes(self.buffer)
+        data = b"".join(self.stash) + bytes(self.buffer)
+        self.stash.clear()
         self.buffer.clear()
         return data
 
@@ -221,13 +230,13 @@ class RawClient:
         """SUBSCRIBE to (filter, qos) pairs; returns the exact SUBACK bytes."""
         pid = packet_id or self.next_id()
         self.send(Subscribe(pid, [Subscription(f, q) for f, q in filters]))
-        return self.recv_frame()
+        return self._recv_ack(0x90, pid)
 
     def unsubscribe(self, *filters: str, packet_id: int | None = None) -> bytes:
         """UNSUBSCRIBE; returns the exact UNSUBACK bytes."""
         pid = packet_id or self.next_id()
         self.send(Unsubscribe(pid, list(filters)))
-        return self.recv_frame()
+        return self._recv_ack(0xB0, pid)
 
     def publish(self, topic: str, payload: bytes = b"", qos: int = 0, retain: bool = False,
                 packet_id: int | None = None, dup: bool = False,
@@ -237,11 +246,21 @@ class RawClient:
         self.send(Publish(topic, payload, qos, retain, dup, pid, properties))
         if qos == 0:
             return []
-        acks = [self.recv_frame()]
+        acks = [self._recv_ack(0x40 if qos == 1 else 0x50, pid or 0)]
         if qos == 2:
             self.send(PubRel(pid or 0))
-            acks.append(self.recv_frame())
+            acks.append(self._recv_ack(0x70, pid or 0))
         return acks
+
+    def _recv_ack(self, first: int, packet_id: int) -> bytes:
+        """The next ack of type `first` for `packet_id`; other frames stay for `recv`."""
+        stashed: list[bytes] = []
+        while True:
+            frame = self.recv_frame()
+            if frame[0] == first and frame[2:4] == packet_id.to_bytes(2, "big"):
+                self.stash[:0] = stashed
+                return frame
+            stashed.append(frame)
 
     def sync(self, timeout: float | None = None) -> list[Packet]:
         """PINGREQ; every packet received before the PINGRESP (the broker is in order)."""
@@ -265,14 +284,19 @@ class RawClient:
 
     def receive_publishes(self, count: int, timeout: float | None = None,
                           ack: bool = True) -> list[Publish]:
-        """Read `count` PUBLISH packets, acknowledging each (QoS 2 completed) if `ack`."""
+        """Read `count` PUBLISH packets; with `ack`, complete each QoS 1/2 flow (PUBREL too)."""
         received: list[Publish] = []
-        while len(received) < count:
+        awaiting_pubrel: set[int] = set()
+        while len(received) < count or awaiting_pubrel:
             packet = self.recv(timeout)
             if ack:
                 self.ack(packet)
             if isinstance(packet, Publish):
                 received.append(packet)
+                if ack and packet.qos == 2:
+                    awaiting_pubrel.add(packet.packet_id or 0)
+            elif isinstance(packet, PubRel):
+                awaiting_pubrel.discard(packet.packet_id)
         return received
 
     def disconnect(self) -> None:

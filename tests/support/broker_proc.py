@@ -36,6 +36,8 @@ class BrokerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
         return self.process.returncode
 
 
