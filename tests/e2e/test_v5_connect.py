@@ -4,7 +4,7 @@ configured."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -156,3 +156,25 @@ def test_refused_connect_does_not_disturb_other_clients(broker: BrokerProcess) -
             pub.publish("v5c/by", b"still here", qos=1)
         [msg] = bystander.publishes(1)
         assert msg.payload == b"still here"
+
+
+def test_server_keep_alive_is_enforced(broker_factory: Callable[..., BrokerProcess]) -> None:
+    own = broker_factory("[limits]\nmax_keepalive = 1\n")
+    with RawV5(own) as client:
+        ack = client.connect("v5c-ska", keep_alive=0)  # "no keep alive" is not allowed here
+        assert ack.properties.server_keep_alive == 1
+        client.expect_disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, timeout=5)
+
+
+def test_assigned_identifier_names_a_resumable_session(broker: BrokerProcess) -> None:
+    with RawV5(broker) as client:
+        ack = client.connect("", session_expiry_interval=60)
+        assigned = ack.properties.assigned_client_identifier
+        assert assigned
+        client.subscribe("v5c/assigned-session", qos=1)
+        client.disconnect()
+    with RawV5(broker) as client:
+        ack = client.connect(assigned, clean_start=False, session_expiry_interval=60)
+        assert ack.session_present is True
+        assert ack.properties.assigned_client_identifier is None
+        client.disconnect(properties=Properties(session_expiry_interval=0))

@@ -72,7 +72,7 @@ TIMEOUT = 5.0
 P = TypeVar("P")
 
 
-class ConnectionClosed(AssertionError):
+class ConnectionClosedError(AssertionError):
     """The broker closed the connection while a packet was expected."""
 
 
@@ -82,6 +82,7 @@ class RawV5:
     def __init__(self, broker: BrokerProcess, timeout: float = TIMEOUT) -> None:
         self.sock = socket.create_connection((broker.host, broker.port), timeout=timeout)
         self.buf = bytearray()
+        self.backlog: list[Packet] = []  # read while waiting for an acknowledgement
         self.eof = False
         self.timeout = timeout
         self._next_id = 0
@@ -124,7 +125,7 @@ class RawV5:
         self.sock.settimeout(left)
         try:
             data = self.sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             raise TimeoutError from None
         except ConnectionResetError:
             data = b""
@@ -136,13 +137,15 @@ class RawV5:
 
     def recv(self, timeout: float | None = None) -> Packet:
         """The next packet from the broker (AssertionError on timeout or EOF)."""
+        if self.backlog:
+            return self.backlog.pop(0)
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             packet = self._decode()
             if packet is not None:
                 return packet
             if self.eof:
-                raise ConnectionClosed(f"connection closed; unread bytes {bytes(self.buf)!r}")
+                raise ConnectionClosedError(f"connection closed; unread bytes {bytes(self.buf)!r}")
             try:
                 self._fill(deadline)
             except TimeoutError:
@@ -154,10 +157,25 @@ class RawV5:
         assert isinstance(packet, kind), f"expected {kind.__name__}, got {packet!r}"
         return packet
 
+    def reply(self, kind: type[P], packet_id: int, timeout: float | None = None) -> P:
+        """The broker's `kind` answer for `packet_id`; other packets that arrive first (a
+        PUBLISH to this client) are kept for the next `recv` / `sync`."""
+        skipped: list[Packet] = []
+        try:
+            while True:
+                packet = self.recv(timeout)
+                if isinstance(packet, kind) and getattr(packet, "packet_id", None) == packet_id:
+                    return packet
+                if isinstance(packet, PubRel | PubAck | PubRec | PubComp | SubAck | UnsubAck):
+                    raise AssertionError(f"expected {kind.__name__} {packet_id}, got {packet!r}")
+                skipped.append(packet)
+        finally:
+            self.backlog[:0] = skipped
+
     def wait_closed(self, timeout: float | None = None) -> list[Packet]:
         """Read until the broker closes the connection; returns the packets before EOF."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        packets: list[Packet] = []
+        packets, self.backlog = self.backlog, []
         while True:
             packet = self._decode()
             if packet is not None:
@@ -223,16 +241,12 @@ class RawV5:
             props = Properties(subscription_identifiers=(subscription_id,))
         pid = self.packet_id()
         self.send(Subscribe(pid, subs, props))
-        suback = self.expect(SubAck)
-        assert suback.packet_id == pid
-        return suback
+        return self.reply(SubAck, pid)
 
     def unsubscribe(self, *filters: str) -> UnsubAck:
         pid = self.packet_id()
         self.send(Unsubscribe(pid, list(filters)))
-        unsuback = self.expect(UnsubAck)
-        assert unsuback.packet_id == pid
-        return unsuback
+        return self.reply(UnsubAck, pid)
 
     def publish(
         self,
@@ -250,15 +264,12 @@ class RawV5:
         pid = self.packet_id() if qos else None
         self.send(Publish(topic, payload, qos, retain, False, pid, properties))
         if qos == 1:
-            puback = self.expect(PubAck)
-            assert puback.packet_id == pid
-            return puback
+            return self.reply(PubAck, pid or 0)
         if qos == 2:
-            pubrec = self.expect(PubRec)
-            assert pubrec.packet_id == pid
+            pubrec = self.reply(PubRec, pid or 0)
             if pubrec.reason_code < 0x80:
                 self.send(PubRel(pid or 0))
-                assert self.expect(PubComp).packet_id == pid
+                self.reply(PubComp, pid or 0)
             return pubrec
         return None
 
@@ -269,7 +280,7 @@ class RawV5:
             self.send(PubAck(publish.packet_id))
         elif publish.qos == 2:
             self.send(PubRec(publish.packet_id))
-            assert self.expect(PubRel).packet_id == publish.packet_id
+            self.reply(PubRel, publish.packet_id)
             self.send(PubComp(publish.packet_id))
 
     def publishes(self, count: int, timeout: float | None = None) -> list[Publish]:
@@ -418,7 +429,9 @@ def paho_props(packet_type: int, **values: Any) -> PahoProperties:
 
 def run_tool(args: Iterable[str], timeout: float = 10.0) -> subprocess.CompletedProcess[str]:
     """Run a mosquitto client tool to completion."""
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        list(args), capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 class Background:
@@ -471,11 +484,3 @@ def eventually(check: Callable[[], bool], timeout: float = TIMEOUT, step: float 
             raise AssertionError("condition not met before the deadline")
         time.sleep(step)
 
-
-def start_module_broker(
-    factory: Any, name: str, config_text: str = ""
-) -> BrokerProcess:
-    """Start a broker in a fresh temporary directory (for module-scoped fixtures)."""
-    from tests.support.broker_proc import start_broker
-
-    return start_broker(factory.mktemp(name), config_text)
