@@ -2,20 +2,20 @@
 
 Theory of operation
 -------------------
-Each function named `_..._worker`/`_publisher`/`subscriber` here is the body of one forked
-process pinned to the load CPU. No MQTT library is used: every PUBLISH is encoded once by
-`bench.wire` and publishers send large concatenated batches of identical packets. Subscribers
-never decode what they receive: all messages of a scenario have the same size, so a QoS 0
-subscriber counts `bytes // size` and peeks at one first byte per read to prove it is still
-aligned, and it asks the kernel (SO_RCVLOWAT) to wake it only once a good amount of data is
-waiting. A QoS 1 subscriber answers a whole read with one `send` of PUBACKs built from extended
-slices (`data[pid_offset::size]`).
+Each public function taking `(ctl, job)` here (`qos0_publisher`, `subscriber`, `idle_worker`,
+...) is the body of one forked process pinned to the load CPU. No MQTT library is used: every
+PUBLISH is encoded once by `bench.wire` and publishers send large concatenated batches of
+identical packets. Subscribers never decode what they receive: all messages of a scenario have
+the same size, so a QoS 0 subscriber counts `bytes // size` and peeks at one first byte per read
+to prove it is still aligned, and it asks the kernel (SO_RCVLOWAT) to wake it only once a good
+amount of data is waiting. A QoS 1 subscriber answers a whole read with one `send` of PUBACKs
+built from extended slices (`data[pid_offset::size]`).
 
 Workers and the parent share one array of 64-bit counters (`Control`): go / stop flags, and per
 worker slot a ready state and sent / delivered / error counters that the parent samples at the
-start and the end of the measured window. QoS 0 publishers are closed-loop over that array: they
-pause while more than `window` messages per subscriber are sent but not yet delivered, so no
-broker is pushed into dropping messages and the delivered rate is what it can sustain.
+start and the end of the measured window. Throughput publishers are closed-loop over that array:
+they pause while more than `window` messages per subscriber are sent but not yet delivered, so
+no broker is pushed into dropping messages and the delivered rate is what it can sustain.
 
 Every loop is bounded by a deadline and an iteration cap; every socket wait has a timeout.
 """
@@ -93,7 +93,8 @@ def raise_nofile() -> None:
     if hard == resource.RLIM_INFINITY:
         hard = 1 << 20
     if soft != resource.RLIM_INFINITY and soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def pin_to(cpus: Sequence[int] | None) -> None:
@@ -148,35 +149,57 @@ def subscribe_client(sock: socket.socket, topic_filter: str, qos: int) -> None:
 
 
 def send_all(
-    sock: socket.socket, data: bytes | bytearray | memoryview, ctl: Control, deadline: float
+    sock: socket.socket,
+    data: bytes | bytearray | memoryview,
+    ctl: Control | None,
+    deadline: float,
 ) -> bool:
     """Write everything to a non-blocking socket; False if told to stop or out of time first."""
     view = memoryview(data)
     done = 0
     total = len(view)
-    while done < total:
+    for _ in range(1 << 62):
+        if done >= total:
+            return True
         try:
             done += sock.send(view[done:])
         except BlockingIOError:
-            if ctl.flag(STOP) or time.monotonic() > deadline:
+            if (ctl is not None and ctl.flag(STOP)) or time.monotonic() > deadline:
                 return False
             select.select([], [sock], [], 0.05)
-    return True
+    return False
 
 
 def _wait_go(ctl: Control, deadline: float) -> bool:
-    while not ctl.flag(GO):
+    for _ in range(1 << 62):
+        if ctl.flag(GO):
+            return True
         if ctl.flag(STOP) or time.monotonic() > deadline:
             return False
         time.sleep(0.001)
-    return True
+    return False
 
 
-def _close(sock: socket.socket) -> None:
+def _close(sock: socket.socket, linger: float = 1.0) -> None:
+    """DISCONNECT, then read until the broker closes (at most `linger` s), then close.
+
+    Closing with unread bytes (PUBACKs) would send a TCP reset, and a reset can make the
+    broker discard the last PUBLISHes it had not read yet: they would count as lost.
+    """
+    deadline = time.monotonic() + linger
     try:
-        sock.setblocking(True)
-        sock.settimeout(0.5)
-        sock.send(wire.DISCONNECT)
+        sock.setblocking(False)
+        send_all(sock, wire.DISCONNECT, None, deadline)
+        sock.shutdown(socket.SHUT_WR)
+        for _ in range(100_000):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([sock], [], [], remaining)[0]:
+                break
+            try:
+                if not sock.recv(1 << 16):
+                    break
+            except BlockingIOError:
+                continue
     except OSError:
         pass
     sock.close()
@@ -216,6 +239,7 @@ class Job:
 
 
 def qos0_publisher(ctl: Control, job: Job) -> None:
+    """Send `batch` identical QoS 0 PUBLISHes per `send`, within the shared window."""
     _prepare(job.cpus)
     deadline = time.monotonic() + job.max_seconds
     packet = wire.publish(job.topic, b"x" * PAYLOAD_SIZE)
@@ -243,15 +267,22 @@ def qos0_publisher(ctl: Control, job: Job) -> None:
 
 
 def qos1_publisher(ctl: Control, job: Job) -> None:
+    """Keep `inflight` QoS 1 PUBLISHes outstanding, sending one for each PUBACK.
+
+    The kernel wakes this process once a quarter of the window has been acknowledged
+    (SO_RCVLOWAT), or after 2 ms with whatever arrived, so in flight stays between 3/4 of
+    `inflight` and `inflight` while the wake-ups (and the load generator's CPU) drop fourfold.
+    """
     _prepare(job.cpus)
     deadline = time.monotonic() + job.max_seconds
     payload = b"x" * PAYLOAD_SIZE
     packets = [wire.publish(job.topic, payload, 1, pid) for pid in range(1, 0x10000)]
     size = len(packets[0])
-    ring = memoryview(b"".join(packets) + b"".join(packets[:job.inflight]))
+    ring = memoryview(b"".join(packets) + b"".join(packets[: job.inflight]))
     del packets
     sock = open_client(job.host, job.port, job.client_id)
     sock.setblocking(False)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 4 * max(1, job.inflight // 4))
     buf = bytearray(1 << 16)
     ctl.set(job.slot, READY, 1)
     if not _wait_go(ctl, deadline):
@@ -275,10 +306,8 @@ def qos1_publisher(ctl: Control, job: Job) -> None:
             credits -= n
             sent += n
             ctl.set(job.slot, SENT, sent)
-        wait = 0.05 if credits == 0 else 0.0002  # waiting for acks, or for the job.window
-        readable, _, _ = select.select([sock], [], [], wait)
-        if not readable:
-            continue
+        # wait for a quarter of the window to be acknowledged; then read whatever is there
+        select.select([sock], [], [], 0.002 if credits == 0 else 0.001)
         try:
             got = sock.recv_into(buf)
         except BlockingIOError:
@@ -298,8 +327,9 @@ def qos1_publisher(ctl: Control, job: Job) -> None:
 def subscriber(ctl: Control, job: Job) -> None:
     """Several subscribers in one process; counts messages, PUBACKs QoS 1 in bulk.
 
-    With `lowat` > 0 (QoS 0 only) the kernel reports a socket readable only once `lowat` bytes
-    are waiting; a sweep every 2 ms reads whatever is left, so nothing waits for long.
+    With `lowat` > 0 the kernel reports a socket readable only once `lowat` bytes are waiting;
+    a sweep every 2 ms (1 ms for QoS 1, whose PUBACKs the broker waits for) reads whatever is
+    left, so nothing waits for long.
     """
     _prepare(job.cpus)
     deadline = time.monotonic() + job.max_seconds
@@ -308,14 +338,14 @@ def subscriber(ctl: Control, job: Job) -> None:
         sock = open_client(job.host, job.port, client_id)
         subscribe_client(sock, job.topic_filter, job.qos)
         sock.setblocking(False)
-        if job.lowat and job.qos == 0:
+        if job.lowat:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, job.lowat)
         socks.append(sock)
     sel = selectors.DefaultSelector()
     for i, sock in enumerate(socks):
         sel.register(sock, selectors.EVENT_READ, i)
     everyone = list(range(len(socks)))
-    timeout = 0.002 if job.lowat and job.qos == 0 else 0.05
+    timeout = (0.002 if job.qos == 0 else 0.001) if job.lowat else 0.05
     first_byte = (wire.PUBLISH << 4) | (job.qos << 1)
     totals = [0] * len(socks)
     pending = [bytearray() for _ in socks]
@@ -349,12 +379,12 @@ def subscriber(ctl: Control, job: Job) -> None:
             if not k:
                 continue
             end = k * job.msg_size
-            if data[0:end:job.msg_size] != bytes([first_byte]) * k:
+            if data[0 : end : job.msg_size] != bytes([first_byte]) * k:
                 ctl.add(slot, ERRORS, 1)
             acks = bytearray(4 * k)
             acks[0::4] = bytes([wire.PUBACK << 4]) * k
             acks[1::4] = b"\x02" * k
-            acks[2::4] = data[job.pid_offset:end:job.msg_size]
+            acks[2::4] = data[job.pid_offset : end : job.msg_size]
             acks[3::4] = data[job.pid_offset + 1 : end : job.msg_size]
             del data[:end]
             totals[i] += k
@@ -367,6 +397,10 @@ def subscriber(ctl: Control, job: Job) -> None:
 
 
 def latency_publisher(ctl: Control, job: Job) -> None:
+    """QoS 1 PUBLISHes on an absolute schedule of `rate` per second, send time in the payload.
+
+    A late start is caught up rather than skipped, so a stall shows up in the latencies.
+    """
     _prepare(job.cpus)
     deadline = time.monotonic() + job.max_seconds
     topic = "bench/lat"
@@ -409,6 +443,7 @@ def latency_publisher(ctl: Control, job: Job) -> None:
 
 
 def latency_subscriber(ctl: Control, job: Job, results: Connection) -> None:
+    """Timestamp each read, PUBACK every message; send (send times, latencies) at the end."""
     _prepare(job.cpus)
     deadline = time.monotonic() + job.max_seconds
     topic = "bench/lat"
@@ -648,5 +683,3 @@ def retained_subscriber(ctl: Control, job: Job) -> None:
         ctl.add(job.slot, ERRORS, 1)
     ctl.set(job.slot, READY, 2)
     _close(sock)
-
-

@@ -1,0 +1,8 @@
+"""The benchmark package lives at the repository root (`bench/`), outside the installed ones."""
+
+import sys
+from pathlib import Path
+
+ROOT = str(Path(__file__).resolve().parents[2])
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
