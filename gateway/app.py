@@ -13,12 +13,17 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.broker import Broker
 from gateway.config import Config
-from gateway.hooks import BrokerHooks
+from gateway.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeout, setup_logging
+from gateway.hooks import BrokerHooks, HookChain
 from gateway.server import Server
 from storage.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from bridge.uplink.service import UplinkService
 
 log = logging.getLogger("outpost")
 
@@ -34,8 +39,38 @@ def install_event_loop_policy() -> str:
 
 
 def build_hooks(config: Config, state_dir: Path | None) -> BrokerHooks:
-    """The hooks for this configuration (the in-memory store for now)."""
+    """The SQLite store for durability "full"/"normal" with a state directory, else memory.
+
+    `state_dir` (`outpost run --state-dir`) overrides `[storage] state_dir`.
+    """
+    storage = config.storage
+    directory = state_dir or storage.state_dir
+    if storage.durability != "memory" and directory is not None:
+        from storage.sqlite import SqliteStore
+
+        store = SqliteStore.from_config(storage, Path(directory), config.gateway_id)
+        log.info("store %s (durability %s)", store.path, storage.durability)
+        return store
+    reason = "durability is memory" if storage.durability == "memory" else "no state directory"
+    log.info("nothing is persisted (%s): sessions, queues and retained messages live in memory",
+             reason)
     return MemoryStore()
+
+
+def build_uplink(
+    config: Config, store: BrokerHooks
+) -> tuple[BrokerHooks, UplinkService | None]:
+    """The uplink's outbox hook chained after the store, and its service (None if disabled)."""
+    if not config.uplink.enabled:
+        return store, None
+    from bridge.uplink.hook import UplinkHook
+    from bridge.uplink.outbox import MemoryOutbox
+    from bridge.uplink.service import UplinkService
+
+    outbox = MemoryOutbox()
+    hook = UplinkHook(config.uplink, outbox)
+    service = UplinkService(config.uplink, outbox, hook, config.gateway_id)
+    return HookChain([store, hook]), service
 
 
 async def serve(
@@ -43,34 +78,74 @@ async def serve(
     state_dir: Path | None = None,
     on_ready: Callable[[list[tuple[str, int]]], None] | None = None,
     stop: asyncio.Event | None = None,
+    reload_config: Callable[[], Config] | None = None,
+    stop_timeout: float = STOP_TIMEOUT,
+    hard_exit: bool = False,
 ) -> None:
-    """Run the broker until `stop` is set (or SIGINT/SIGTERM when `stop` is None)."""
+    """Run the broker until `stop` is set (or SIGINT/SIGTERM when `stop` is None).
+
+    `reload_config` re-reads the configuration on SIGHUP (gateway/reload.py); the daemon
+    (gateway/daemon.py) tells systemd READY=1 once everything is bound, pings the watchdog and
+    serves the status endpoint; shutdown must finish within `stop_timeout` seconds or
+    `ShutdownTimeout` is raised.
+    """
     loop = asyncio.get_running_loop()
-    hooks = build_hooks(config, state_dir)
+    store = build_hooks(config, state_dir)
+    hooks, uplink = build_uplink(config, store)
     broker = Broker(config, hooks, now=loop.time())
     broker.restore(hooks.restore(), loop.time())
     server = Server(broker)
     stop_event = stop or asyncio.Event()
+    daemon = Daemon(config, broker, reload_config, stop_timeout=stop_timeout,
+                    hard_exit=hard_exit)
     if stop is None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop_event.set)
+        daemon.install_signals()  # SIGHUP: reload
     addresses = await server.start(list(config.listeners))
+    bridge = None
+    if config.bridge.devices or config.bridge.serial:
+        from bridge.runtime import Bridge
+
+        bridge = Bridge(config.bridge, broker)
+        await bridge.start()
+    if uplink is not None:
+        await uplink.start(broker)
+    for name, part, section in (("bridge", bridge, "devices"), ("uplink", uplink, "uplink")):
+        if part is not None and callable(getattr(part, "status", None)):
+            daemon.board.add_provider(section, part)
+        if part is not None and callable(getattr(part, "reload", None)):
+            daemon.reloader.register(name, part.reload, sections=(name,))
+    await daemon.start(addresses)  # the store is open, every listener bound: READY=1
+    if daemon.board.status_url is not None:
+        print(f"outpost: status on {daemon.board.status_url}", flush=True)
     for host, port in addresses:
         print(f"outpost: listening on {host}:{port}", flush=True)
     if on_ready is not None:
         on_ready(addresses)
     await stop_event.wait()
-    log.info("shutting down")
-    await server.stop()
+    async with daemon.shutdown():  # STOPPING=1, and all of this within stop_timeout
+        if bridge is not None:
+            await bridge.stop()  # statuses go offline while clients are still connected
+        if uplink is not None:
+            await uplink.stop()
+        await server.stop()
 
 
-def run(config: Config, state_dir: Path | None = None) -> int:
-    """Blocking entry point used by `outpost run`."""
+def run(
+    config: Config,
+    state_dir: Path | None = None,
+    reload_config: Callable[[], Config] | None = None,
+) -> int:
+    """Blocking entry point used by `outpost run` (`reload_config`: what SIGHUP re-reads)."""
+    setup_logging(logging.getLogger().level)  # journald under systemd, else stderr
     loop_name = install_event_loop_policy()
     log.info("starting outpost (%s event loop)", loop_name)
     try:
-        asyncio.run(serve(config, state_dir))
+        asyncio.run(serve(config, state_dir, reload_config=reload_config, hard_exit=True))
     except OSError as exc:
         print(f"outpost: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except ShutdownTimeout:
         return 1
     return 0

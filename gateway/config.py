@@ -14,6 +14,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from bridge.config import BridgeConfig
+from bridge.uplink.config import UplinkConfig
+
 DEFAULT_PORT = 1883
 
 
@@ -129,6 +132,36 @@ class SysConfig(_Section):
     interval: Annotated[float, Field(ge=0)] = 10.0
 
 
+class StatusConfig(_Section):
+    """The status endpoint: `/` (page), `/status` (JSON), `/metrics` (Prometheus)."""
+
+    enabled: bool = True
+    bind: str = Field(
+        default="127.0.0.1:8080",
+        description="HOST:PORT of the status endpoint; keep it on loopback (no authentication)",
+    )
+    history: Annotated[int, Field(ge=2, le=10_000)] = Field(
+        default=120, description="samples kept per series for the page's sparklines"
+    )
+    history_interval: Annotated[float, Field(ge=0.1, le=3600)] = Field(
+        default=5.0, description="seconds between history samples (and STATUS= updates)"
+    )
+
+    @field_validator("bind")
+    @classmethod
+    def _check_bind(cls, value: str) -> str:
+        parse_host_port(value)
+        return value
+
+    @property
+    def host(self) -> str:
+        return parse_host_port(self.bind)[0]
+
+    @property
+    def port(self) -> int:
+        return parse_host_port(self.bind)[1]
+
+
 class Config(_Section):
     """The whole outpost configuration file."""
 
@@ -139,6 +172,9 @@ class Config(_Section):
     limits: LimitsConfig = LimitsConfig()
     storage: StorageConfig = StorageConfig()
     sys: SysConfig = SysConfig()
+    status: StatusConfig = StatusConfig()
+    bridge: BridgeConfig = BridgeConfig()
+    uplink: UplinkConfig = UplinkConfig()
 
 
 class ConfigError(Exception):
@@ -161,10 +197,12 @@ def _format_errors(exc: ValidationError) -> list[str]:
     return lines
 
 
-def parse_config(data: dict[str, object], source: str = "<config>") -> Config:
-    """Validate an already-parsed TOML document."""
+def parse_config(
+    data: dict[str, object], source: str = "<config>", base_dir: Path | None = None
+) -> Config:
+    """Validate an already-parsed TOML document (`base_dir`: where included files are)."""
     try:
-        return Config.model_validate(data)
+        return Config.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise ConfigError(source, _format_errors(exc)) from None
 
@@ -181,4 +219,4 @@ def load_config(path: Path | None) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), [f"not valid TOML: {exc}"]) from None
-    return parse_config(data, str(path))
+    return parse_config(data, str(path), path.parent)

@@ -1,0 +1,294 @@
+"""The uplink link to one remote broker: connect, drain the outbox, take inbound commands.
+
+How this works: `RemoteLink.run` keeps a connection to the remote (aiomqtt), trying its
+addresses in order and backing off with full jitter after a full round of failures. While
+connected, the drain loop reads committed outbox records per rule (in the rule's order), waits
+for the rate limiters, and publishes at QoS 1 with at most `inflight` unacknowledged; a record is
+deleted only when its PUBACK arrived with a success code. A failure code, a timeout or a lost
+connection leaves the record in the outbox: it is sent again after the reconnect (duplicates are
+expected and removed downstream by the message id). Inbound rules subscribe on the remote and
+publish locally through an in-process link whose client id marks the messages as inbound, so the
+outbox hook never sends them back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties as PahoProperties
+
+from bridge.uplink.config import RemoteConfig, UplinkConfig
+from bridge.uplink.envelope import OutboxRecord, Outgoing, outgoing
+from bridge.uplink.outbox import Outbox
+from bridge.uplink.pacing import Backoff, TokenBucket
+from gateway.config import parse_host_port
+from gateway.links import Link
+
+log = logging.getLogger("outpost.uplink")
+
+IDLE_POLL = 0.05  # seconds between outbox reads when nothing new was signalled
+PUBACK_TIMEOUT = 30.0
+REFUSED_RETRY = 30.0  # seconds before a record the remote refused is offered again
+
+
+class _Client(aiomqtt.Client):
+    """aiomqtt's client, plus the PUBACK reason code (aiomqtt treats every PUBACK as success)."""
+
+    def __init__(self, *args: Any, v5: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.v5 = v5
+        self.failed: dict[int, int] = {}
+
+    def _on_publish(self, client: Any, userdata: Any, mid: int, reason_code: Any,
+                    properties: Any) -> None:
+        value = getattr(reason_code, "value", 0)
+        if isinstance(value, int) and value >= 0x80:
+            self.failed[mid] = value
+        super()._on_publish(client, userdata, mid, reason_code, properties)
+
+    async def publish_acked(self, out: Outgoing, timeout: float) -> int:
+        """Publish and wait for the PUBACK; returns its reason code (0 for success)."""
+        props = None
+        if self.v5 and (out.user_properties or out.content_type):
+            props = PahoProperties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            if out.user_properties:
+                props.UserProperty = list(out.user_properties)
+            if out.content_type:
+                props.ContentType = out.content_type
+        info = self._client.publish(out.topic, out.payload, out.qos, out.retain, props)
+        if info.rc != 0:
+            raise aiomqtt.MqttCodeError(info.rc, "could not publish")
+        if not info.is_published():
+            confirmation = asyncio.Event()
+            with self._pending_call(info.mid, confirmation, self._pending_publishes):
+                await self._wait_for(confirmation.wait(), timeout=timeout)
+        return self.failed.pop(info.mid, 0)
+
+
+@dataclass(slots=True)
+class LinkStatus:
+    """What `outpost status` and `$SYS/outpost/uplink` show about one remote."""
+
+    remote: str
+    connected: bool = False
+    address: str | None = None
+    sent: int = 0
+    acked: int = 0
+    refused: int = 0
+    rate: float = 0.0  # acknowledged messages per second, smoothed
+
+
+def describe(exc: BaseException) -> str:
+    """The first real error inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, aiomqtt.MqttError | OSError | TimeoutError):
+        return str(exc) or type(exc).__name__
+    log.error("uplink: unexpected error", exc_info=exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def tls_context(remote: RemoteConfig) -> ssl.SSLContext | None:
+    """The SSL context for a remote with TLS configured."""
+    tls = remote.tls
+    if tls is None:
+        return None
+    context = ssl.create_default_context(
+        cafile=str(tls.ca_file) if tls.ca_file else None
+    )
+    if tls.cert_file:
+        context.load_cert_chain(str(tls.cert_file), str(tls.key_file) if tls.key_file else None)
+    if tls.insecure:
+        context.check_hostname = False
+    return context
+
+
+class RemoteLink:
+    """Everything the uplink does with one remote broker."""
+
+    def __init__(
+        self,
+        config: UplinkConfig,
+        remote: RemoteConfig,
+        outbox: Outbox,
+        gateway_id: str,
+        inbound_link: Link | None,
+        wake: asyncio.Event,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.remote = remote
+        self.outbox = outbox
+        self.gateway_id = gateway_id
+        self.inbound_link = inbound_link
+        self.wake = wake
+        self.clock = clock
+        self.status = LinkStatus(remote.name)
+        self.backoff = Backoff(remote.backoff_initial, remote.backoff_max)
+        self.inflight: set[int] = set()
+        self.deferred: dict[int, float] = {}  # refused records: seq -> retry time
+        self._rate_count = 0
+        self._rate_since = clock()
+
+    def rules(self) -> list[tuple[str, Any]]:
+        """The forward rules of this remote as (rule name, rule)."""
+        return [
+            (self.config.rule_name(i), rule)
+            for i, rule in enumerate(self.config.forward)
+            if rule.remote == self.remote.name
+        ]
+
+    async def run(self) -> None:
+        """Connect, serve, reconnect — until cancelled."""
+        addresses = self.remote.addresses
+        while True:
+            for address in addresses:
+                host, port = parse_host_port(address)
+                try:
+                    await self._session(host, port, address)
+                except Exception as exc:  # also the ExceptionGroup of the session's tasks
+                    self._set_connected(False, address, describe(exc))
+            delay = self.backoff.next_delay()
+            log.info("uplink %s: reconnecting in %.1f s", self.remote.name, delay)
+            await asyncio.sleep(delay)
+
+    def _set_connected(self, connected: bool, address: str, why: str = "") -> None:
+        if connected != self.status.connected:
+            if connected:
+                log.info("uplink %s: connected to %s", self.remote.name, address)
+            else:
+                log.warning("uplink %s: link to %s lost: %s", self.remote.name, address, why)
+        self.status.connected = connected
+        self.status.address = address if connected else None
+
+    async def _session(self, host: str, port: int, address: str) -> None:
+        remote = self.remote
+        protocol = aiomqtt.ProtocolVersion.V5 if remote.protocol == 5 else (
+            aiomqtt.ProtocolVersion.V311
+        )
+        async with _Client(
+            host, port, username=remote.username, password=remote.password,
+            identifier=remote.client_id, protocol=protocol, keepalive=remote.keepalive,
+            clean_session=None if remote.protocol == 5 else False,
+            tls_context=tls_context(remote), max_inflight_messages=remote.inflight,
+            timeout=10.0, v5=remote.protocol == 5,
+        ) as client:
+            self.backoff.reset()
+            self._set_connected(True, address)
+            for rule in self.config.inbound:
+                if rule.remote == remote.name:
+                    await client.subscribe(rule.filter, qos=rule.qos)
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._drain(client), name=f"uplink-drain-{remote.name}")
+                group.create_task(self._inbound(client), name=f"uplink-inbound-{remote.name}")
+
+    async def _inbound(self, client: _Client) -> None:
+        link = self.inbound_link
+        async for message in client.messages:
+            if link is None:
+                continue
+            topic = str(message.topic)
+            for rule in self.config.inbound:
+                if rule.remote == self.remote.name and message.topic.matches(rule.filter):
+                    payload = message.payload
+                    data = payload if isinstance(payload, bytes) else str(payload or "").encode()
+                    link.publish(rule.topic.apply(topic), data, min(rule.qos, message.qos))
+                    break
+
+    async def _drain(self, client: _Client) -> None:
+        remote = self.remote
+        window = asyncio.Semaphore(remote.inflight)
+        now = self.clock()
+        per_message = TokenBucket(remote.rate_messages, now)
+        per_byte = TokenBucket(remote.rate_bytes, now)
+        failures: asyncio.Queue[BaseException] = asyncio.Queue()
+        async with asyncio.TaskGroup() as group:
+            while True:
+                if not failures.empty():
+                    raise failures.get_nowait()
+                sent_any = False
+                skip = self._skip_set()
+                for name, rule in self.rules():
+                    records = self.outbox.read(
+                        name, remote.batch, rule.order == "newest-first", skip
+                    )
+                    for record in records:
+                        await self._pace(per_message, per_byte, len(record.payload))
+                        await window.acquire()
+                        if not failures.empty():
+                            window.release()
+                            raise failures.get_nowait()
+                        self.inflight.add(record.seq)
+                        skip.add(record.seq)
+                        out = outgoing(
+                            record, rule.topic.apply(record.topic), self.gateway_id,
+                            self.outbox.epoch, remote.protocol, rule.envelope, rule.qos,
+                        )
+                        group.create_task(self._send(client, record, out, window, failures))
+                        sent_any = True
+                if not sent_any:
+                    self.wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.wake.wait(), IDLE_POLL)
+
+    def _skip_set(self) -> set[int]:
+        now = self.clock()
+        for seq in [s for s, until in self.deferred.items() if until <= now]:
+            del self.deferred[seq]
+        return self.inflight | self.deferred.keys()
+
+    async def _pace(self, per_message: TokenBucket, per_byte: TokenBucket, size: int) -> None:
+        while True:
+            now = self.clock()
+            delay = max(per_message.wait_time(1, now), per_byte.wait_time(size, now))
+            if delay <= 0:
+                per_message.spend(1, now)
+                per_byte.spend(size, now)
+                return
+            await asyncio.sleep(delay)
+
+    async def _send(
+        self,
+        client: _Client,
+        record: OutboxRecord,
+        out: Outgoing,
+        window: asyncio.Semaphore,
+        failures: asyncio.Queue[BaseException],
+    ) -> None:
+        try:
+            self.status.sent += 1
+            code = await client.publish_acked(out, PUBACK_TIMEOUT)
+            if code:
+                self.status.refused += 1
+                self.deferred[record.seq] = self.clock() + REFUSED_RETRY
+                log.warning(
+                    "uplink %s: remote refused seq %d on %s with 0x%02X; kept for retry",
+                    self.remote.name, record.seq, out.topic, code,
+                )
+            else:
+                self.outbox.delete([record.seq])
+                self._acked()
+        except Exception as exc:  # a lost link ends the session; the record stays stored
+            failures.put_nowait(exc)
+        finally:
+            self.inflight.discard(record.seq)
+            window.release()
+
+    def _acked(self) -> None:
+        self.status.acked += 1
+        self._rate_count += 1
+        now = self.clock()
+        elapsed = now - self._rate_since
+        if elapsed >= 1.0:
+            self.status.rate = 0.7 * self.status.rate + 0.3 * (self._rate_count / elapsed)
+            self._rate_count = 0
+            self._rate_since = now

@@ -1,0 +1,163 @@
+"""Uplink configuration: remotes, forward rules and inbound rules (pydantic v2, pure).
+
+Topic mapping is two steps, applied in order: `strip` removes a leading part of the topic
+(when present), then `prefix` is put in front. Forward rules map local → remote, inbound rules
+map remote → local:
+
+    local "devices/m1/power", strip "devices/", prefix "site7/meters/"  → "site7/meters/m1/power"
+    local "devices/m1/power", prefix "site7/"                          → "site7/devices/m1/power"
+    remote "cmd/site7/m1/power/set", strip "cmd/site7/", prefix "devices/"
+                                                                       → "devices/m1/power/set"
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gateway.codec.errors import MQTTProtocolError
+from gateway.topics import validate_topic_filter
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TopicMap(_Section):
+    """How a topic is rewritten on its way across the link."""
+
+    strip: str = Field(default="", description="leading part removed when the topic has it")
+    prefix: str = Field(default="", description="put in front after stripping")
+
+    def apply(self, topic: str) -> str:
+        """The mapped topic (see the module docstring for examples)."""
+        if self.strip and topic.startswith(self.strip):
+            topic = topic[len(self.strip):]
+        return self.prefix + topic
+
+
+class TlsConfig(_Section):
+    """TLS towards the remote broker."""
+
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    insecure: bool = Field(default=False, description="skip hostname verification (tests only)")
+
+
+class RemoteConfig(_Section):
+    """One cloud broker, possibly reachable at several addresses (failover in order)."""
+
+    name: str = "cloud"
+    addresses: list[str] = Field(min_length=1, description="HOST:PORT, tried in order")
+    protocol: Literal[4, 5] = Field(default=5, description="5 (MQTT 5) or 4 (MQTT 3.1.1)")
+    client_id: str = "outpost-uplink"
+    username: str | None = None
+    password: str | None = None
+    tls: TlsConfig | None = None
+    keepalive: Annotated[int, Field(ge=5, le=65535)] = 60
+    inflight: Annotated[int, Field(ge=1, le=65535)] = Field(
+        default=32, description="QoS 1 messages in flight towards the remote"
+    )
+    rate_messages: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="drain rate cap in messages/s (0: no cap)"
+    )
+    rate_bytes: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="drain rate cap in payload bytes/s (0: no cap)"
+    )
+    batch: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        default=256, description="outbox rows read per batch"
+    )
+    backoff_initial: Annotated[float, Field(gt=0)] = 1.0
+    backoff_max: Annotated[float, Field(gt=0)] = 60.0
+
+    @field_validator("addresses")
+    @classmethod
+    def _check_addresses(cls, value: list[str]) -> list[str]:
+        from gateway.config import parse_host_port
+
+        for address in value:
+            parse_host_port(address)
+        return value
+
+
+class ForwardRule(_Section):
+    """Local messages matching `filter` go to `remote`, mapped by `topic`."""
+
+    name: str = ""
+    filter: str
+    remote: str = "cloud"
+    topic: TopicMap = TopicMap()
+    qos: Literal[0, 1] = 1
+    store_qos0: bool = Field(
+        default=True, description="forward QoS 0 messages too (false: stored QoS 1/2 only)"
+    )
+    order: Literal["oldest-first", "newest-first"] = "oldest-first"
+    envelope: Literal["auto", "properties", "json"] = Field(
+        default="auto",
+        description='"auto": user properties for MQTT 5 remotes, JSON envelope for 3.1.1',
+    )
+    max_messages: Annotated[int, Field(ge=1)] = 1_000_000
+    max_bytes: Annotated[int, Field(ge=1024)] = 512 << 20
+    overflow: Literal["drop-oldest", "drop-newest"] = "drop-oldest"
+
+    @field_validator("filter")
+    @classmethod
+    def _check_filter(cls, value: str) -> str:
+        try:
+            validate_topic_filter(value)
+        except MQTTProtocolError as exc:
+            raise ValueError(exc.reason) from None
+        return value
+
+
+class InboundRule(_Section):
+    """Remote messages matching `filter` are published locally, mapped by `topic`."""
+
+    filter: str
+    remote: str = "cloud"
+    topic: TopicMap = TopicMap()
+    qos: Literal[0, 1, 2] = 1
+
+    @field_validator("filter")
+    @classmethod
+    def _check_filter(cls, value: str) -> str:
+        try:
+            validate_topic_filter(value)
+        except MQTTProtocolError as exc:
+            raise ValueError(exc.reason) from None
+        return value
+
+
+class UplinkConfig(_Section):
+    """The `[uplink]` section."""
+
+    enabled: bool = False
+    remotes: list[RemoteConfig] = Field(default_factory=list)
+    forward: list[ForwardRule] = Field(default_factory=list)
+    inbound: list[InboundRule] = Field(default_factory=list)
+    status_interval: Annotated[float, Field(gt=0)] = Field(
+        default=10.0, description="seconds between $SYS/outpost/uplink updates"
+    )
+
+    @model_validator(mode="after")
+    def _check_names(self) -> UplinkConfig:
+        names = [remote.name for remote in self.remotes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"remote names must be unique, got {names}")
+        used = [("forward", i, r.remote) for i, r in enumerate(self.forward)]
+        used += [("inbound", i, r.remote) for i, r in enumerate(self.inbound)]
+        for kind, index, remote in used:
+            if remote not in names:
+                raise ValueError(
+                    f"{kind}.{index}.remote: {remote!r} is not a configured remote (have {names})"
+                )
+        if self.enabled and not self.remotes:
+            raise ValueError("enabled uplink needs at least one [[uplink.remotes]]")
+        return self
+
+    def rule_name(self, index: int) -> str:
+        """Stable name of forward rule `index` (its `name` or `forward.<index>`)."""
+        return self.forward[index].name or f"forward.{index}"

@@ -1,0 +1,110 @@
+"""The uplink service: one `RemoteLink` per remote, status reporting, start and stop.
+
+How this works: the composition layer creates the outbox and the `UplinkHook` before the broker
+(the hook must see every publish), then `UplinkService.start` once the broker runs. The service
+wakes the drain loops when the hook appends, publishes `$SYS/outpost/uplink` (JSON, the cloud
+contract's fields) every `status_interval`, and logs backlog changes on link state changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import Any
+
+from bridge.uplink.client import RemoteLink
+from bridge.uplink.config import UplinkConfig
+from bridge.uplink.hook import INBOUND_CLIENT_ID, UplinkHook
+from bridge.uplink.outbox import Outbox
+from gateway.broker import Broker
+from gateway.links import Link
+
+log = logging.getLogger("outpost.uplink")
+
+STATUS_TOPIC = "$SYS/outpost/uplink"
+
+
+class UplinkService:
+    """Runs the uplink next to the broker."""
+
+    def __init__(
+        self, config: UplinkConfig, outbox: Outbox, hook: UplinkHook, gateway_id: str
+    ) -> None:
+        self.config = config
+        self.outbox = outbox
+        self.hook = hook
+        self.gateway_id = gateway_id
+        self.wake = asyncio.Event()
+        self.links: list[RemoteLink] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.inbound: Link | None = None
+        self.status_link: Link | None = None
+
+    async def start(self, broker: Broker) -> None:
+        """Connect every remote and start reporting."""
+        if not self.config.enabled:
+            return
+        loop = asyncio.get_running_loop()
+        self.hook.on_append = self.wake.set
+        if self.config.inbound:
+            self.inbound = Link(broker, INBOUND_CLIENT_ID, loop.time)
+        self.status_link = Link(broker, "$outpost-uplink-status", loop.time)
+        for remote in self.config.remotes:
+            link = RemoteLink(
+                self.config, remote, self.outbox, self.gateway_id, self.inbound, self.wake
+            )
+            self.links.append(link)
+            self.tasks.append(loop.create_task(link.run(), name=f"uplink-{remote.name}"))
+        self.tasks.append(loop.create_task(self._report(), name="uplink-status"))
+        log.info(
+            "uplink: %d remote(s), %d forward rule(s), %d inbound rule(s); backlog %d message(s)",
+            len(self.config.remotes), len(self.config.forward), len(self.config.inbound),
+            self.outbox.stats().messages,
+        )
+
+    def status(self) -> dict[str, Any]:
+        """Backlog and link figures (contract fields plus per-remote details)."""
+        stats = self.outbox.stats()
+        now_ms = int(time.time() * 1000)
+        rate = sum(link.status.rate for link in self.links)
+        return {
+            "ts": now_ms,
+            "connected": any(link.status.connected for link in self.links),
+            "backlog_messages": stats.messages,
+            "backlog_bytes": stats.bytes,
+            "oldest_age_s": None if stats.oldest_ms is None else (now_ms - stats.oldest_ms) / 1000,
+            "dropped": stats.dropped,
+            "drain_rate": round(rate, 1),
+            "eta_s": round(stats.messages / rate, 1) if rate > 0 else None,
+            "remotes": [
+                {
+                    "name": link.status.remote, "connected": link.status.connected,
+                    "address": link.status.address, "sent": link.status.sent,
+                    "acked": link.status.acked, "refused": link.status.refused,
+                    "inflight": len(link.inflight),
+                }
+                for link in self.links
+            ],
+        }
+
+    async def _report(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.status_interval)
+            if self.status_link is not None:
+                payload = json.dumps(self.status(), separators=(",", ":")).encode()
+                self.status_link.publish(STATUS_TOPIC, payload, 0, True)
+
+    async def stop(self) -> None:
+        """Cancel the links (unacknowledged records stay in the outbox)."""
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self.tasks.clear()
+        for link in (self.inbound, self.status_link):
+            if link is not None:
+                link.close()

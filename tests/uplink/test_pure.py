@@ -1,0 +1,90 @@
+"""Pure parts of the uplink: topic mapping (the documented examples), pacing, outbox caps."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from pydantic import ValidationError
+
+from bridge.uplink.config import TopicMap, UplinkConfig
+from bridge.uplink.envelope import OutboxRecord, outgoing
+from bridge.uplink.outbox import MemoryOutbox, RuleLimits
+from bridge.uplink.pacing import Backoff, TokenBucket
+
+
+@pytest.mark.parametrize(
+    ("mapping", "topic", "expected"),
+    [  # the examples of bridge/uplink/config.py's docstring
+        (TopicMap(strip="devices/", prefix="site7/meters/"), "devices/m1/power",
+         "site7/meters/m1/power"),
+        (TopicMap(prefix="site7/"), "devices/m1/power", "site7/devices/m1/power"),
+        (TopicMap(strip="cmd/site7/", prefix="devices/"), "cmd/site7/m1/power/set",
+         "devices/m1/power/set"),
+        (TopicMap(strip="other/"), "devices/x", "devices/x"),
+    ],
+)
+def test_topic_map_examples(mapping: TopicMap, topic: str, expected: str) -> None:
+    assert mapping.apply(topic) == expected
+
+
+def test_config_errors_name_the_rule() -> None:
+    with pytest.raises(ValidationError, match=r"forward\.0\.remote: 'nope'"):
+        UplinkConfig.model_validate({
+            "enabled": True, "remotes": [{"addresses": ["h:1"]}],
+            "forward": [{"filter": "a/#", "remote": "nope"}],
+        })
+    with pytest.raises(ValidationError, match="filter"):
+        UplinkConfig.model_validate({"forward": [{"filter": "a/#/b"}]})
+
+
+def test_backoff_full_jitter_is_capped() -> None:
+    backoff = Backoff(1.0, 8.0, random.Random(1))
+    delays = [backoff.next_delay() for _ in range(20)]
+    assert all(0 <= d <= 8.0 for d in delays)
+    assert max(delays[:1]) <= 1.0 and max(delays[5:]) > 2.0
+    backoff.reset()
+    assert backoff.next_delay() <= 1.0
+
+
+def test_token_bucket_limits_the_rate() -> None:
+    bucket = TokenBucket(10.0, now=0.0)
+    spent, now = 0, 0.0
+    while now < 5.0:
+        wait = bucket.wait_time(1, now)
+        if wait:
+            now += wait
+            continue
+        bucket.spend(1, now)
+        spent += 1
+    assert 50 <= spent <= 61  # 10/s for 5 s plus one second of burst
+    assert TokenBucket(0, 0.0).wait_time(10**9, 0.0) == 0
+
+
+def record(outbox: MemoryOutbox, rule: str = "r", size: int = 10) -> OutboxRecord:
+    return OutboxRecord(outbox.next_seq(), rule, "t", b"x" * size, 1, False, 1000)
+
+
+def test_outbox_caps_and_orders() -> None:
+    outbox = MemoryOutbox()
+    oldest = RuleLimits(3, 10**6, drop_oldest=True)
+    for _ in range(5):
+        outbox.append(record(outbox), oldest)
+    assert [r.seq for r in outbox.read("r", 10, False, set())] == [3, 4, 5]
+    assert [r.seq for r in outbox.read("r", 2, True, {5})] == [4, 3]
+    newest = RuleLimits(2, 10**6, drop_oldest=False)
+    for _ in range(4):
+        outbox.append(record(outbox, "n"), newest)
+    assert [r.seq for r in outbox.read("n", 10, False, set())] == [6, 7]
+    assert outbox.stats().dropped == 4 and outbox.stats().messages == 5
+    outbox.delete([3, 6])
+    assert outbox.stats().messages == 3 and outbox.stats().bytes == 3 * 11
+
+
+def test_properties_need_a_v5_remote() -> None:
+    rec = OutboxRecord(1, "r", "t", b"p", 1, False, 5, (("k", "v"),), "text/plain")
+    out = outgoing(rec, "remote/t", "gw", "ep", 5, "auto", 1)
+    assert out.payload == b"p" and out.user_properties[0] == ("k", "v")
+    assert dict(out.user_properties)["seq"] == "1" and out.content_type == "text/plain"
+    with pytest.raises(ValueError, match="MQTT 5"):
+        outgoing(rec, "remote/t", "gw", "ep", 4, "properties", 1)
