@@ -62,7 +62,10 @@ log_type warning
 log_type notice
 """
 
-OUTPOST_CONF = "[limits]\nmax_connections = 20000\n"
+# Like mosquitto here (persistence false): nothing on disk, so both measure the broker itself.
+# The durable store has its own benchmarks in bench/storage/.
+OUTPOST_CONF = '[limits]\nmax_connections = 20000\n[storage]\ndurability = "memory"\n'
+
 
 
 @dataclass(frozen=True)
