@@ -7,7 +7,11 @@ import logging
 import sys
 from pathlib import Path
 
+from bridge import cli as bridge_cli
 from gateway.config import Config, ConfigError, ListenerConfig, load_config, parse_host_port
+
+DEFAULT_STATE_DIR = Path("/var/lib/outpost")
+DEFAULT_CONFIG = Path("/etc/outpost/outpost.toml")
 
 
 def _host_port(value: str) -> str:
@@ -31,12 +35,57 @@ def build_parser() -> argparse.ArgumentParser:
         help="listen here instead of the configured listeners (repeatable)",
     )
     run.add_argument("--state-dir", type=Path, help="directory for persistent state")
+    run.add_argument(
+        "--durability", choices=("full", "normal", "memory"),
+        help="override [storage] durability: full (fsync per commit), normal, memory",
+    )
 
     check = sub.add_parser("check-config", help="validate a configuration file")
     check.add_argument("file", type=Path)
 
+    passwd = sub.add_parser(
+        "passwd", help="add, change or delete a user in a password file (PBKDF2-SHA512, "
+        "readable by mosquitto too)")
+    passwd.add_argument("file", type=Path, help="password file (created with mode 0600)")
+    passwd.add_argument("username")
+    passwd.add_argument("-D", "--delete", action="store_true", help="delete the user")
+    passwd.add_argument("--stdin", action="store_true",
+                        help="read the password from the first line of stdin (scripts)")
+    passwd.add_argument("--iterations", type=int, default=None,
+                        help="PBKDF2 iterations (default 210000)")
+
     demo = sub.add_parser("demo", help="run the demo on embedded defaults")
     demo.add_argument("--listen", default="127.0.0.1:1883", type=_host_port)
+
+    status = sub.add_parser("status", help="summary of a running gateway (its status endpoint)")
+    status.add_argument("--url", help="status endpoint, e.g. http://127.0.0.1:8080 (default: "
+                        "[status] bind of --config, else of /etc/outpost/outpost.toml)")
+    status.add_argument("--config", type=Path, help="TOML configuration file")
+    status.add_argument("--json", action="store_true", help="print the raw /status JSON")
+
+    bridge_cli.add_parser(sub)  # outpost modbus plan|probe
+
+    db = sub.add_parser("db", help="inspect or compact the store (safe on a live broker)")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    for name, text in (
+        ("stats", "sizes, rows per table, queue depths, oldest message ages, WAL size"),
+        ("sessions", "stored sessions, subscriptions and queue depths"),
+        ("queue", "the stored deliveries of one client, oldest first"),
+        ("retained", "retained messages, optionally matching a topic filter"),
+        ("check", "PRAGMA quick_check (--full: integrity_check); exit 1 on problems"),
+        ("vacuum", "compact the file (only while the broker is stopped)"),
+    ):
+        cmd = db_sub.add_parser(name, help=text)
+        cmd.add_argument("--state-dir", type=Path, help="default: [storage] state_dir, "
+                         "else /var/lib/outpost")
+        cmd.add_argument("--config", type=Path, help="TOML configuration file")
+        if name == "queue":
+            cmd.add_argument("client_id")
+            cmd.add_argument("--limit", type=int, default=100)
+        elif name == "retained":
+            cmd.add_argument("filter", nargs="?")
+        elif name == "check":
+            cmd.add_argument("--full", action="store_true")
     return parser
 
 
@@ -56,19 +105,111 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         _print_config_errors(exc)
         return 2
+    if args.durability is not None:
+        storage = config.storage.model_copy(update={"durability": args.durability})
+        config = config.model_copy(update={"storage": storage})
     if args.state_dir is not None:
         args.state_dir.mkdir(parents=True, exist_ok=True)
-    return run(config, args.state_dir)
+
+    def reload_config() -> Config:
+        """SIGHUP: the file again, with the same command-line overrides."""
+        fresh = _with_listeners(load_config(args.config), args.listen)
+        if args.durability is not None:
+            storage = fresh.storage.model_copy(update={"durability": args.durability})
+            fresh = fresh.model_copy(update={"storage": storage})
+        return fresh
+
+    return run(config, args.state_dir, reload_config if args.config is not None else None)
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    """`outpost db stats|sessions|queue|retained|check|vacuum`: thin calls into storage."""
+    from storage.sqlite.cli import run as run_db_command
+
+    state_dir = args.state_dir
+    if state_dir is None:
+        try:
+            config = load_config(args.config)
+        except ConfigError as exc:
+            _print_config_errors(exc)
+            return 2
+        state_dir = config.storage.state_dir or DEFAULT_STATE_DIR
+    return run_db_command(args.db_command, state_dir, args)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """`outpost status`: fetch /status from the running gateway and print a summary."""
+    import json
+
+    from gateway.status import render_text
+    from gateway.status_http import StatusUnavailableError, fetch_status
+
+    url = args.url
+    if url is None:
+        path = args.config
+        if path is None and DEFAULT_CONFIG.exists():
+            path = DEFAULT_CONFIG
+        try:
+            status_config = load_config(path).status
+        except ConfigError as exc:
+            _print_config_errors(exc)
+            return 2
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(status_config.host,
+                                                        status_config.host)
+        url = f"http://{f'[{host}]' if ':' in host else host}:{status_config.port}"
+    try:
+        status = fetch_status(url)
+    except StatusUnavailableError as exc:
+        print(f"outpost status: {exc}", file=sys.stderr)
+        print("  is outpost running (systemctl status outpost) with [status] enabled?",
+              file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+    else:
+        sys.stdout.write(render_text(status))
+    return 0
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """`outpost check-config FILE`: exit 0 when valid, else print every error and exit 2."""
+    from gateway.listeners import check_security_files
+
     try:
-        load_config(args.file)
+        check_security_files(load_config(args.file))  # password files, ACLs, certificates
     except ConfigError as exc:
         _print_config_errors(exc)
         return 2
     print(f"{args.file}: OK")
+    return 0
+
+
+def cmd_passwd(args: argparse.Namespace) -> int:
+    """`outpost passwd FILE USER [-D] [--stdin]`: a thin call into `set_password`."""
+    import getpass
+
+    from gateway.listeners import set_password
+    from gateway.passwords import DEFAULT_ITERATIONS
+
+    password: bytes | None = None
+    if not args.delete:
+        if args.stdin:
+            password = sys.stdin.readline().rstrip("\r\n").encode("utf-8")
+        else:
+            first = getpass.getpass("Password: ")
+            if getpass.getpass("Reenter password: ") != first:
+                print("outpost passwd: the passwords do not match", file=sys.stderr)
+                return 1
+            password = first.encode("utf-8")
+        if not password:
+            print("outpost passwd: empty password refused", file=sys.stderr)
+            return 1
+    try:
+        print(set_password(args.file, args.username, password,
+                           args.iterations or DEFAULT_ITERATIONS))
+    except (ValueError, OSError) as exc:
+        print(f"outpost passwd: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -98,5 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    handlers = {"run": cmd_run, "check-config": cmd_check_config, "demo": cmd_demo}
+    handlers = {
+        "run": cmd_run, "check-config": cmd_check_config, "demo": cmd_demo, "db": cmd_db,
+        "passwd": cmd_passwd,
+        "status": cmd_status,
+        "modbus": bridge_cli.run,
+    }
     return handlers[args.command](args)

@@ -27,13 +27,33 @@ RANKS: dict[str, int] = {
     "gateway.config": CONTRACTS,
     "gateway.hooks": CONTRACTS,
     "gateway.auth": CONTRACTS,
+    "gateway.acl": CONTRACTS,  # ACL files parsed and evaluated: pure
+    "gateway.passwords": CONTRACTS,  # password hashes and file text: pure (hashlib)
+    "gateway.websocket": PROTOCOL,  # RFC 6455 handshake and framing, sans-I/O
+    "gateway.listeners": IO,  # TLS contexts, WebSocket/unix servers, admission, file loading
     "gateway.delivery": COORDINATOR,
     "gateway.sys_topics": COORDINATOR,
     "gateway.broker": COORDINATOR,
     "gateway.links": LINKS,
+    "gateway.reload": COORDINATOR,  # the reload registry: pure, the loader does the reading
+    "gateway.status": LINKS,  # status board and provider Protocol: no I/O, clocks passed in
+    "gateway.daemon": IO,  # sd_notify, watchdog, journald, signals
+    "gateway.status_http": IO,  # /, /status, /metrics
+    "bridge.uplink.config": CONTRACTS,
+    "bridge.uplink.envelope": PROTOCOL,
+    "bridge.uplink.pacing": CORE,
+    "bridge.uplink.outbox": CORE,
     "storage": STORAGE,
     "gateway.server": IO,
     "bridge": IO,
+    "bridge.config": CONTRACTS,
+    "bridge.serial.config": CONTRACTS,
+    "bridge.report": CORE,
+    "bridge.modbus.convert": CORE,
+    "bridge.modbus.plan": CORE,
+    "bridge.modbus.frames": PROTOCOL,
+    "bridge.serial.parse": CORE,
+    "bridge.serial.framing": PROTOCOL,
     "gateway.app": COMPOSITION,
     "gateway.cli": COMPOSITION,
     "gateway.__main__": COMPOSITION,

@@ -1,0 +1,1 @@
+"""Benchmark and simulator of the device bridge (see docs/bridge.md)."""

@@ -1,0 +1,1 @@
+"""Modbus RTU / TCP / RTU-over-TCP devices: pure converters and planner, bus and poller."""

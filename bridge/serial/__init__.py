@@ -1,0 +1,1 @@
+"""Serial line devices: framing and parsing (pure) and the port reader."""

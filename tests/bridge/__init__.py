@@ -1,0 +1,1 @@
+"""Tests of the device bridge (docs/bridge.md)."""
