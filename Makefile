@@ -5,18 +5,24 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-DEBIAN_PACKAGES := mosquitto mosquitto-clients socat
+DEBIAN_PACKAGES := mosquitto mosquitto-clients socat openssl
+# systemd: systemd-analyze for the unit checks; libsystemd-dev + pkg-config: to build
+# systemd-python (the [systemd] extra); chromium: the status page test (headless).
+DEBIAN_PACKAGES += systemd libsystemd-dev pkg-config chromium
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test lint typecheck unit soak bench system-packages clean
 
-$(STAMP): pyproject.toml
+# system-packages first (order only): systemd-python in the dev extras builds against libsystemd.
+$(STAMP): pyproject.toml | system-packages
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); \
 	  else echo "python3 -m venv failed: install python3-venv" >&2; exit 1; fi; }
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' || { \
+	  echo "pip install '.[dev]' failed: systemd-python needs libsystemd-dev and pkg-config" \
+	    "(sudo make system-packages)" >&2; exit 1; }
 	@touch $@
 
 system-packages:
@@ -49,3 +55,26 @@ bench: $(STAMP) system-packages
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# -- flashable image: image/README.md ---------------------------------------------------------
+# `make image` (arm64, Raspberry Pi) or `make image ARCH=amd64` writes outpost-<version>-<arch>.img;
+# `make image-test` builds the amd64 image and boots it (systemd-nspawn, then QEMU).
+ARCH ?= arm64
+IMAGE_PACKAGES := mmdebstrap qemu-user-static binfmt-support arch-test systemd-container \
+	dosfstools mtools fdisk e2fsprogs syslinux syslinux-common qemu-system-x86 qemu-system-arm
+.PHONY: image image-test image-packages
+
+image-packages:
+	@missing=""; for p in $(IMAGE_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  echo "installing Debian packages for the image:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else echo "make image needs root and:$$missing (sudo make image-packages)" >&2; exit 1; fi
+
+image: image-packages
+	ARCH=$(ARCH) bash image/build.sh
+
+image-test: $(STAMP) system-packages image-packages
+	$(PY) -m pytest -q -m image tests/image

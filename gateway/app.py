@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.broker import Broker
-from gateway.config import Config
-from gateway.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeout, setup_logging
+from gateway.config import Config, ConfigError
+from gateway.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
 from gateway.hooks import BrokerHooks, HookChain
+from gateway.listeners import attach_security, load_security
 from gateway.server import Server
+from gateway.status import StatusProvider
 from storage.memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -87,14 +89,18 @@ async def serve(
     `reload_config` re-reads the configuration on SIGHUP (gateway/reload.py); the daemon
     (gateway/daemon.py) tells systemd READY=1 once everything is bound, pings the watchdog and
     serves the status endpoint; shutdown must finish within `stop_timeout` seconds or
-    `ShutdownTimeout` is raised.
+    `ShutdownTimeoutError` is raised.
     """
     loop = asyncio.get_running_loop()
     store = build_hooks(config, state_dir)
     hooks, uplink = build_uplink(config, store)
+    # Authentication, ACLs and topic limits first: a refusal is decided before any store work.
+    security = load_security(config)
+    hooks = HookChain([security, hooks])
     broker = Broker(config, hooks, now=loop.time())
+    attach_security(broker, security)
     broker.restore(hooks.restore(), loop.time())
-    server = Server(broker)
+    server = Server(broker, security)
     stop_event = stop or asyncio.Event()
     daemon = Daemon(config, broker, reload_config, stop_timeout=stop_timeout,
                     hard_exit=hard_exit)
@@ -112,15 +118,16 @@ async def serve(
     if uplink is not None:
         await uplink.start(broker)
     for name, part, section in (("bridge", bridge, "devices"), ("uplink", uplink, "uplink")):
-        if part is not None and callable(getattr(part, "status", None)):
+        if isinstance(part, StatusProvider):  # has status(): replaces the topic watcher's view
             daemon.board.add_provider(section, part)
-        if part is not None and callable(getattr(part, "reload", None)):
-            daemon.reloader.register(name, part.reload, sections=(name,))
-    await daemon.start(addresses)  # the store is open, every listener bound: READY=1
+        reload_part = getattr(part, "reload", None)
+        if callable(reload_part):  # reload(new_config) -> None: device maps, uplink rules
+            daemon.reloader.register(name, reload_part, sections=(name,))
+    await daemon.start(server.bound)  # the store is open, every listener bound: READY=1
+    for address in server.bound:  # "HOST:PORT" for tcp, "HOST:PORT (tls)", "unix:PATH"
+        print(f"outpost: listening on {address}", flush=True)
     if daemon.board.status_url is not None:
         print(f"outpost: status on {daemon.board.status_url}", flush=True)
-    for host, port in addresses:
-        print(f"outpost: listening on {host}:{port}", flush=True)
     if on_ready is not None:
         on_ready(addresses)
     await stop_event.wait()
@@ -146,6 +153,11 @@ def run(
     except OSError as exc:
         print(f"outpost: cannot start: {exc}", file=sys.stderr)
         return 1
-    except ShutdownTimeout:
+    except ConfigError as exc:  # a password file, ACL file or certificate is unusable
+        print(f"outpost: cannot start: {exc.source}: invalid", file=sys.stderr)
+        for line in exc.errors:
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    except ShutdownTimeoutError:
         return 1
     return 0

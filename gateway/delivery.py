@@ -46,6 +46,16 @@ class Counters:
     too_large: int = 0
     denied: int = 0
     store_full: int = 0
+    # access control and abuse limits (gateway/auth.py, gateway/listeners.py)
+    auth_failed: int = 0  # CONNECTs refused for bad credentials or anonymity
+    auth_delayed: int = 0  # CONNECTs held back by the login throttle
+    refused_rate: int = 0  # sockets closed: the address connects too fast
+    refused_source: int = 0  # sockets closed: too many connections from the address
+    refused_pending: int = 0  # sockets closed: too many connections before CONNECT
+    tls_failed: int = 0  # TLS handshakes that failed
+    ws_refused: int = 0  # WebSocket upgrade requests refused
+    topic_limited: int = 0  # PUBLISH / SUBSCRIBE / will topics over the length or level limit
+    subscriptions_limited: int = 0  # SUBSCRIBE filters over max_subscriptions_per_client
 
 
 class Dispatcher:

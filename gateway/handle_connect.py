@@ -22,6 +22,7 @@ from gateway.codec.packets import (
     Properties,
 )
 from gateway.codec.reason_codes import ReasonCode, v3_connack_code
+from gateway.hooks import Access
 from gateway.session import NEVER_EXPIRES, ClientInfo, Connection, Session
 
 if TYPE_CHECKING:
@@ -65,6 +66,13 @@ def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) ->
         refusal = broker.hooks.authenticate(conn.info, packet.password)
         if refusal == ReasonCode.SUCCESS:
             refusal = None
+    if refusal is None and packet.will is not None and not broker.hooks.check_acl(
+        conn.info, packet.will.topic, Access.WRITE
+    ):
+        # A will the client may not publish refuses the connection: the client learns it now,
+        # and the will is never stored (nor published after a restart as "restored").
+        broker.counters.denied += 1
+        refusal = ReasonCode.NOT_AUTHORIZED
     if refusal is not None:
         refuse(broker, conn, refusal)
         return

@@ -42,6 +42,17 @@ def on_subscribe(broker: Broker, conn: Connection, packet: Subscribe, now: float
             broker.counters.denied += 1
             codes.append(ReasonCode.NOT_AUTHORIZED if conn.is_v5 else SUBACK_FAILURE_V3)
             continue
+        if (sub.topic_filter not in session.subscriptions
+                and len(session.subscriptions) >= broker.limits.max_subscriptions_per_client):
+            broker.counters.subscriptions_limited += 1
+            count = broker.counters.subscriptions_limited
+            if count <= 10 or count % 1000 == 0:
+                log.warning("refused subscription %r of %s: it has %d, the limit "
+                            "(limits.max_subscriptions_per_client); %d refused so far",
+                            sub.topic_filter, session.client_id, len(session.subscriptions),
+                            count)
+            codes.append(ReasonCode.QUOTA_EXCEEDED if conn.is_v5 else SUBACK_FAILURE_V3)
+            continue
         group, actual = parse_shared(sub.topic_filter)
         options = SubOptions(
             sub.qos, sub.no_local, sub.retain_as_published, sub.retain_handling,

@@ -14,19 +14,28 @@ that was waiting (group commit), and each connection's output stays in order.
 Back-pressure: when a transport's buffer passes the high-water mark asyncio calls
 `pause_writing`; the broker then queues that client's messages in its bounded session queue.
 `resume_writing` pumps the queue again.
+
+Listeners and admission (gateway/listeners.py): `start` binds every configured listener
+(tcp, tls, ws, wss, unix) through `listeners.start_listener`; each ends in an `MQTTConnection`.
+A new socket is counted per source address by `Admission.accept` (refused: closed at once), and
+the first CONNECT passes `Admission.on_connect`, which may park it (login throttle delay,
+password hash in a worker thread): reading pauses until `resume_connect`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import cast
 
+from gateway import listeners
+from gateway.auth import Security
 from gateway.broker import Broker
 from gateway.codec import NEED_DATA, decode
 from gateway.codec.errors import MQTTProtocolError, UnsupportedProtocolVersion
-from gateway.codec.packets import Publish
-from gateway.config import ListenerConfig
+from gateway.codec.packets import Connect, Publish
+from gateway.config import ListenerConfig, listener_labels
 from gateway.delivery import HIGH_WATER
 from gateway.session import Connection
 
@@ -44,9 +53,15 @@ _UNSUPPORTED_VERSION_CONNACK = b"\x20\x02\x00\x01"  # 3.1.1 CONNACK, return code
 class MQTTConnection(asyncio.Protocol):
     """One client socket."""
 
-    def __init__(self, server: Server, listener: ListenerConfig) -> None:
+    def __init__(self, server: Server, listener: ListenerConfig, label: str | None = None
+                 ) -> None:
         self.server = server
         self.listener = listener
+        self.label = label or listener.bind  # ClientInfo.listener
+        self.source: str | None = None  # counted by Admission (None: not counted)
+        self.before_connect = False  # counted as "before CONNECT" by Admission
+        self.parked = False  # the CONNECT waits in Admission; reading is paused
+        self.refused = False
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.out: list[bytes] = []
@@ -62,18 +77,40 @@ class MQTTConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.transport.set_write_buffer_limits(HIGH_WATER, HIGH_WATER // 4)
         peer = transport.get_extra_info("peername")
-        peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if self.source is None:  # not admitted by a TLS acceptor: count it here
+            source = listeners.peer_source(peer)
+            if not self.server.admission.accept(source):
+                self.discard()
+                self.transport.abort()
+                return
+            self.adopt(source)
+        self.server.connections.add(self)
+        self.transport.set_write_buffer_limits(HIGH_WATER, HIGH_WATER // 4)
+        peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else (
+            str(peer) or listeners.UNIX_SOURCE)
         self.conn = self.server.broker.open_connection(
-            self, self.listener.bind, peer_text, self.listener.anonymous_allowed,
+            self, self.label, peer_text, self.listener.anonymous_allowed,
             self.server.loop.time(),
         )
+
+    def adopt(self, source: str) -> None:
+        """This connection was counted for `source` (released in `connection_lost`)."""
+        self.source = source
+        self.before_connect = True
+
+    def discard(self) -> None:
+        """Refused before it started: nothing to release, no broker connection."""
+        self.refused = self.closing = True
+        self.server.connections.discard(self)
 
     def data_received(self, data: bytes) -> None:
         server = self.server
         server.broker.sys.bytes_received += len(data)
         if self.closing:
+            return
+        if self.parked:
+            self.buffer += data
             return
         self.read_bytes += len(data)
         if self.read_bytes >= READ_BURST and self.transport is not None:
@@ -100,6 +137,12 @@ class MQTTConnection(asyncio.Protocol):
                 raw = b""
                 if type(packet) is Publish and packet.qos == 0:
                     raw = data[offset:offset + used] if offset or used != end else data
+                elif conn.version == 0 and type(packet) is Connect:
+                    admitted = server.admission.on_connect(self, packet)
+                    if admitted is None:  # parked: resume_connect() continues
+                        self._park(data, offset + used, end)
+                        return
+                    packet = admitted
                 broker.handle(conn, packet, now, raw)
                 offset += used
         except UnsupportedProtocolVersion as exc:
@@ -113,6 +156,24 @@ class MQTTConnection(asyncio.Protocol):
         if offset < end:
             self.buffer += data[offset:] if offset else data
 
+    def _park(self, data: bytes, offset: int, end: int) -> None:
+        self.parked = True
+        if offset < end:
+            self.buffer += data[offset:]
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_connect(self, packet: Connect) -> None:
+        """Admission is done with the parked CONNECT: handle it, then what came after it."""
+        self.parked = False
+        if self.closing or self.conn.closed:
+            return
+        self.server.broker.handle(self.conn, packet, self.server.loop.time())
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+        if self.buffer and not self.conn.closed:
+            self.data_received(b"")
+
     def _resume_reading(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
@@ -120,6 +181,11 @@ class MQTTConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server.connections.discard(self)
+        if self.refused:
+            return
+        if self.source is not None:
+            self.server.admission.release(self.source, self.before_connect)
+            self.before_connect = False
         self.server.broker.connection_lost(self.conn, self.server.loop.time())
 
     def pause_writing(self) -> None:
@@ -209,36 +275,30 @@ class MQTTConnection(asyncio.Protocol):
 class Server:
     """Listeners, the per-iteration flush, the store commit loop and the broker's clock."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, security: Security | None = None) -> None:
         self.broker = broker
         self.loop = asyncio.get_running_loop()
-        self.servers: list[asyncio.Server] = []
+        self.servers: list[asyncio.AbstractServer] = []
         self.connections: set[MQTTConnection] = set()
         self.addresses: list[tuple[str, int]] = []
+        self.bound: list[str] = []  # "HOST:PORT", "HOST:PORT (tls)", "unix:PATH"
+        self.unix_paths: list[Path] = []
+        self.admission = listeners.Admission(self, security)
         self._dirty: list[MQTTConnection] = []
         self._waiting: set[MQTTConnection] = set()
         self._commit_task: asyncio.Task[None] | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
 
-    async def start(self, listeners: list[ListenerConfig]) -> list[tuple[str, int]]:
-        """Bind every listener; returns the bound (host, port) pairs."""
-        for listener in listeners:
-            def factory(listener: ListenerConfig = listener) -> MQTTConnection:
-                protocol = MQTTConnection(self, listener)
-                self.connections.add(protocol)
-                return protocol
+    def new_protocol(self, listener: ListenerConfig, label: str) -> MQTTConnection:
+        """A connection protocol for `listener` (used by the listener factories)."""
+        return MQTTConnection(self, listener, label)
 
-            server = await self.loop.create_server(
-                factory, listener.host, listener.port, reuse_address=True, backlog=1024
-            )
+    async def start(self, configured: list[ListenerConfig]) -> list[tuple[str, int]]:
+        """Bind every listener; returns the bound (host, port) pairs (`bound` has them all)."""
+        for listener, label in zip(configured, listener_labels(configured), strict=True):
+            server, addresses = await listeners.start_listener(self, listener, label)
             self.servers.append(server)
-            for sock in server.sockets:
-                host, port = sock.getsockname()[:2]
-                self.addresses.append((host, port))
-                log.info(
-                    "listening on %s:%d (anonymous %s)", host, port,
-                    "allowed" if listener.anonymous_allowed else "refused",
-                )
+            self.addresses.extend(addresses)
         self._tick_handle = self.loop.call_later(TICK_SECONDS, self._tick)
         return self.addresses
 
@@ -290,6 +350,7 @@ class Server:
             self._tick_handle.cancel()
         for server in self.servers:
             server.close()
+        self.admission.close()
         now = self.loop.time()
         for connection in list(self.connections):
             self.broker.shutdown_connection(connection.conn)
@@ -300,4 +361,6 @@ class Server:
             await self._commit_task
         for server in self.servers:
             await server.wait_closed()
+        for path in self.unix_paths:
+            path.unlink(missing_ok=True)
         await self.broker.hooks.close()

@@ -16,6 +16,19 @@ if TYPE_CHECKING:
     from gateway.broker import Broker
 
 VERSION = "outpost 0.1.0"
+# `$SYS/outpost/<name>`: access-control and abuse-limit counters (docs/security.md); outpost's
+# own names live outside `$SYS/broker/`, which keeps mosquitto's names.
+SECURITY_COUNTERS = (
+    ("clients/login/failed", "auth_failed"),
+    ("clients/login/delayed", "auth_delayed"),
+    ("clients/refused/rate", "refused_rate"),
+    ("clients/refused/source", "refused_source"),
+    ("clients/refused/pending", "refused_pending"),
+    ("clients/refused/tls", "tls_failed"),
+    ("clients/refused/websocket", "ws_refused"),
+    ("limits/topic", "topic_limited"),
+    ("limits/subscriptions", "subscriptions_limited"),
+)
 
 
 class SysPublisher:
@@ -61,7 +74,12 @@ class SysPublisher:
             rate = (total - self.last.get(name, 0)) / elapsed
             values[f"{name}/per second"] = f"{rate:.1f}"
         self.last = totals
-        return [
+        messages = [
             Message(f"$SYS/broker/{name}", value.encode(), 0, True)
             for name, value in values.items()
         ]
+        messages.extend(
+            Message(f"$SYS/outpost/{name}", str(getattr(counters, attribute)).encode(), 0, True)
+            for name, attribute in SECURITY_COUNTERS
+        )
+        return messages

@@ -1,0 +1,746 @@
+"""Listeners (TCP, TLS, WebSocket, secure WebSocket, unix socket) and admission control.
+
+How this works: `start_listener` binds one configured listener. Every kind ends in the same
+`MQTTConnection` (gateway/server.py), whose data path is untouched:
+
+- tcp / unix: the socket's protocol *is* the `MQTTConnection`.
+- tls: a `TLSAcceptor` owns the raw socket first, applies the per-source limits *before* the
+  (CPU-costly) handshake, runs `loop.start_tls`, then hands the TLS transport to the
+  `MQTTConnection`.
+- ws: a `WebSocketConnection` speaks the HTTP upgrade and the framing (gateway/websocket.py,
+  sans-I/O) and feeds payload bytes to an `MQTTConnection` whose transport is `_WSTransport`,
+  a thin adapter that wraps every write in one binary frame.
+- wss: `TLSAcceptor` then `WebSocketConnection`.
+
+`Admission` is the I/O half of access control, one per `Server`:
+
+- at accept: `ConnectionLimiter` (gateway/auth.py) refuses a socket from an address that opens
+  connections too fast or holds too many, or when too many connections are still before
+  CONNECT; a refused socket is closed at once (nothing was read), counted and logged.
+- at CONNECT: the login throttle's delay for the source address (exponential in its recent
+  failed logins) and the password hash (PBKDF2, run in a one-thread executor: hashlib releases
+  the GIL) happen while the CONNECT is parked — reading paused, the loop free; then the verdict
+  is recorded (failures counted per source) and the CONNECT goes to the broker, whose
+  `Security.authenticate` finds the verdict cached. A client certificate's CN replaces the
+  username here on `use_identity_as_username` listeners.
+
+`load_security` reads password files, ACL files and builds the `Security` hook; its `reload`
+re-reads them (and re-loads certificate chains into the running TLS contexts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import ssl
+import stat
+from asyncio import sslproto
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from gateway import websocket
+from gateway.acl import AclError, parse_acl
+from gateway.auth import (
+    ConnectionLimiter,
+    ListenerPolicy,
+    LoginThrottle,
+    PasswordDB,
+    Security,
+    source_of,
+)
+from gateway.codec.packets import Connect
+from gateway.codec.reason_codes import ReasonCode
+from gateway.config import Config, ConfigError, ListenerConfig, is_loopback, listener_labels
+from gateway.hooks import BrokerHooks, HookChain
+from gateway.passwords import (
+    DEFAULT_ITERATIONS,
+    PasswordFileError,
+    hash_password,
+    parse_password_text,
+    update_password_text,
+)
+from gateway.session import ClientInfo
+
+if TYPE_CHECKING:
+    from gateway.broker import Broker
+    from gateway.server import MQTTConnection, Server
+
+log = logging.getLogger("outpost.listeners")
+
+WS_SUBPROTOCOLS = ("mqtt", "mqttv3.1")
+UNIX_SOURCE = "unix"
+_LOG_FIRST = 10  # refusals of one kind logged one by one; after that every _LOG_EVERY-th
+_LOG_EVERY = 100
+# Password checks (PBKDF2 in one worker thread) waiting at once, in total and per address: a
+# flood of guesses cannot queue minutes of hashing in front of everyone else's login. Clients
+# whose verdict is cached (reconnects) need no check at all.
+MAX_HASHING = 16
+MAX_HASHING_PER_SOURCE = 4
+
+
+# -- security files ------------------------------------------------------------------------
+
+
+def find_security(hooks: BrokerHooks) -> Security | None:
+    """The `Security` hook in `hooks` (also inside nested `HookChain`s)."""
+    if isinstance(hooks, Security):
+        return hooks
+    if isinstance(hooks, HookChain):
+        for hook in hooks.hooks:
+            found = find_security(hook)
+            if found is not None:
+                return found
+    return None
+
+
+def _read(path: Path, key: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), [f"{key}: cannot read {path}: {exc}"]) from None
+
+
+def read_policies(config: Config) -> list[ListenerPolicy]:
+    """Read every listener's password file and ACL file; raises `ConfigError` (key, line)."""
+    policies: list[ListenerPolicy] = []
+    parsed_passwords: dict[Path, PasswordDB] = {}
+    parsed_acls: dict[Path, Any] = {}
+    labels = listener_labels(list(config.listeners))
+    for index, (listener, label) in enumerate(zip(config.listeners, labels, strict=True)):
+        passwords = None
+        if listener.password_file is not None:
+            path = listener.password_file
+            key = f"listeners.{index}.password_file"
+            if path not in parsed_passwords:
+                try:
+                    entries = parse_password_text(_read(path, key))
+                except PasswordFileError as exc:
+                    raise ConfigError(str(path), [f"{key}: {path}: {exc}"]) from None
+                parsed_passwords[path] = PasswordDB(entries, str(path))
+                _warn_password_file(path, parsed_passwords[path])
+            passwords = parsed_passwords[path]
+        acl = None
+        if listener.acl_file is not None:
+            path = listener.acl_file
+            key = f"listeners.{index}.acl_file"
+            if path not in parsed_acls:
+                try:
+                    parsed_acls[path] = parse_acl(_read(path, key))
+                except AclError as exc:
+                    raise ConfigError(str(path), [f"{key}: {path}: {exc}"]) from None
+            acl = parsed_acls[path]
+        policies.append(ListenerPolicy(
+            label, listener.anonymous_allowed, passwords, acl, listener.use_identity_as_username
+        ))
+    return policies
+
+
+def _warn_password_file(path: Path, db: PasswordDB) -> None:
+    weak = sorted(name for name, entry in db.entries.items() if entry.weak)
+    if weak:
+        log.warning(
+            "%s: %d user(s) with a weak hash (mosquitto $6$, or $7$ with few iterations): %s; "
+            "run `outpost passwd %s USER` to re-hash", path, len(weak), ", ".join(weak[:10]),
+            path,
+        )
+    with contextlib.suppress(OSError):
+        if path.stat().st_mode & stat.S_IROTH:
+            log.warning("%s is readable by every user: chmod 600 (or 640 with a group)", path)
+
+
+class SecurityFiles:
+    """The reload path of `Security`: re-reads files and refreshes the TLS certificates."""
+
+    def __init__(self) -> None:
+        self.contexts: dict[str, tuple[ssl.SSLContext, ListenerConfig]] = {}
+
+    def __call__(self, config: Config) -> list[ListenerPolicy]:
+        policies = read_policies(config)
+        for label, (context, listener) in self.contexts.items():
+            try:
+                _load_certificates(context, listener)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(str(listener.certfile), [
+                    f"listener {label}: cannot load certificate: {exc}"]) from None
+        return policies
+
+
+def load_security(config: Config) -> Security:
+    """The `Security` hook for `config` (reads the files; raises `ConfigError`)."""
+    files = SecurityFiles()
+    limits = config.limits
+    return Security(read_policies(config), limits.max_topic_length, limits.max_topic_levels,
+                    loader=files)
+
+
+def check_security_files(config: Config) -> None:
+    """Parse every password file, ACL file and certificate (`outpost check-config`)."""
+    read_policies(config)
+    for listener in config.listeners:
+        if listener.type in ("tls", "wss"):
+            try:
+                tls_context(listener)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(str(listener.certfile), [
+                    f"listener {listener.bind}: cannot load certificate: {exc}"]) from None
+
+
+# -- TLS -----------------------------------------------------------------------------------
+
+
+def _load_certificates(context: ssl.SSLContext, listener: ListenerConfig) -> None:
+    assert listener.certfile is not None and listener.keyfile is not None
+    context.load_cert_chain(str(listener.certfile), str(listener.keyfile))
+    if listener.cafile is not None:
+        context.load_verify_locations(cafile=str(listener.cafile))
+
+
+def tls_context(listener: ListenerConfig) -> ssl.SSLContext:
+    """The server context of a tls/wss listener (TLS 1.2+, client certificates if asked)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = (
+        ssl.TLSVersion.TLSv1_3 if listener.tls_min_version == "1.3" else ssl.TLSVersion.TLSv1_2
+    )
+    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+    _load_certificates(context, listener)
+    if listener.require_certificate:
+        context.verify_mode = ssl.CERT_REQUIRED
+    elif listener.cafile is not None:
+        context.verify_mode = ssl.CERT_OPTIONAL
+    return context
+
+
+def peer_common_name(transport: asyncio.BaseTransport | None) -> str | None:
+    """The CN of the verified client certificate, if any."""
+    if transport is None:
+        return None
+    ssl_object = transport.get_extra_info("ssl_object")
+    if ssl_object is None:
+        return None
+    cert = ssl_object.getpeercert()
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+# -- admission -------------------------------------------------------------------------------
+
+
+def peer_source(peer: object) -> str:
+    """Source address of a `peername` (unix sockets: "unix")."""
+    if isinstance(peer, tuple) and peer:
+        return str(peer[0])
+    return UNIX_SOURCE
+
+
+class Admission:
+    """Per-source accept limits, the login throttle and password hashing off the loop."""
+
+    def __init__(self, server: Server, security: Security | None) -> None:
+        limits = server.broker.limits
+        self.server = server
+        self.security = security
+        self.limiter = ConnectionLimiter(
+            limits.connection_rate, limits.connection_burst, limits.max_connections_per_source,
+            limits.max_pending_connections, [*limits.exempt_sources, UNIX_SOURCE],
+        )
+        self.throttle = LoginThrottle(limits.login_delay, limits.login_max_delay,
+                                      limits.login_forget)
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.hashing: dict[str, int] = {}  # password checks waiting or running, per address
+        self._executor: ThreadPoolExecutor | None = None
+        self._refused: dict[str, int] = {}
+
+    # -- accept ------------------------------------------------------------------------
+
+    def accept(self, source: str) -> bool:
+        """Count a new socket from `source`, or refuse it (the caller closes it)."""
+        reason = self.limiter.admit(source, self.server.loop.time())
+        if reason is None:
+            return True
+        counters = self.server.broker.counters
+        if reason == "rate":
+            counters.refused_rate += 1
+            text = "connects too fast (limits.connection_rate)"
+        elif reason == "source":
+            counters.refused_source += 1
+            text = "has too many connections (limits.max_connections_per_source)"
+        else:
+            counters.refused_pending += 1
+            text = ("too many connections before CONNECT from all sources "
+                    "(limits.max_pending_connections)")
+        count = self._refused[reason] = self._refused.get(reason, 0) + 1
+        if count <= _LOG_FIRST or count % _LOG_EVERY == 0:
+            log.warning("refused a connection from %s: %s (%d refused so far)",
+                        source, text, count)
+        return False
+
+    def release(self, source: str, before_connect: bool) -> None:
+        """A counted socket closed."""
+        self.limiter.release(source)
+        if before_connect:
+            self.limiter.connected()
+
+    # -- CONNECT -----------------------------------------------------------------------
+
+    def on_connect(self, protocol: MQTTConnection, packet: Connect) -> Connect | None:
+        """The CONNECT to hand to the broker now, or None when it was parked."""
+        loop = self.server.loop
+        now = loop.time()
+        if protocol.listener.use_identity_as_username:
+            packet = replace(packet, username=peer_common_name(protocol.transport),
+                             password=None)
+        source = protocol.source or source_of(protocol.conn.peer)
+        delay = self.throttle.delay(source, now)
+        security = self.security
+        job = None
+        if security is not None:
+            job = security.hash_job(protocol.label, packet.username, packet.password)
+        if delay <= 0 and job is None:
+            self._judge(protocol, packet, source, now)
+            return packet
+        if delay > 0:
+            self.server.broker.counters.auth_delayed += 1
+            log.info("CONNECT from %s waits %.1f s (%d recent failed login(s) from there)",
+                     source, delay, self.throttle.failures(source, now))
+        protocol.conn.opened_at = math.inf  # the CONNECT came in time: the wait is ours
+        task = loop.create_task(self._admit_later(protocol, packet, source, now + delay))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return None
+
+    async def _admit_later(self, protocol: MQTTConnection, packet: Connect, source: str,
+                           due: float) -> None:
+        """Wait out the throttle delay, then hash the password in the worker thread."""
+        loop = self.server.loop
+        wait = due - loop.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        security = self.security
+        job = None
+        if security is not None and not protocol.closing:
+            # asked again now: the verdict may be cached by now, or the files reloaded
+            job = security.hash_job(protocol.label, packet.username, packet.password)
+        if job is not None:
+            assert security is not None and packet.username is not None
+            if not self._may_hash(source):
+                protocol.close()
+                return
+            self.hashing[source] = self.hashing.get(source, 0) + 1
+            try:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="outpost-passwd")
+                ok = await loop.run_in_executor(self._executor, job)
+            finally:
+                count = self.hashing.pop(source) - 1
+                if count:
+                    self.hashing[source] = count
+            security.remember(protocol.label, packet.username, packet.password or b"", ok)
+        if protocol.closing:
+            return  # gone meanwhile (its connection_lost released it)
+        now = loop.time()
+        protocol.conn.opened_at = now
+        self._judge(protocol, packet, source, now)
+        protocol.resume_connect(packet)
+
+    def _may_hash(self, source: str) -> bool:
+        """Bound the password checks waiting for the worker, in total and per address."""
+        waiting = sum(self.hashing.values())
+        if waiting < MAX_HASHING and self.hashing.get(source, 0) < MAX_HASHING_PER_SOURCE:
+            return True
+        self.server.broker.counters.refused_pending += 1
+        count = self._refused["hashing"] = self._refused.get("hashing", 0) + 1
+        if count <= _LOG_FIRST or count % _LOG_EVERY == 0:
+            log.warning("closed a CONNECT from %s: %d password checks are already waiting "
+                        "(%d from there); %d closed so far", source, waiting,
+                        self.hashing.get(source, 0), count)
+        return False
+
+    def _judge(self, protocol: MQTTConnection, packet: Connect, source: str, now: float) -> None:
+        """The CONNECT leaves admission: record a failed login against its source."""
+        if protocol.before_connect:
+            protocol.before_connect = False
+            self.limiter.connected()
+        security = self.security
+        if security is None:
+            return
+        conn = protocol.conn
+        info = ClientInfo(packet.client_id, packet.username, protocol.label, conn.peer,
+                          conn.anonymous_allowed)
+        if security.authenticate(info, packet.password) == ReasonCode.SUCCESS:
+            return
+        failures = self.throttle.failed(source, now)
+        self.server.broker.counters.auth_failed += 1
+        if failures <= _LOG_FIRST or failures % _LOG_EVERY == 0:
+            log.warning(
+                "failed login from %s on %s (user %r, client %r): %d failure(s) from there; "
+                "its next CONNECT waits %.1f s", source, protocol.label, packet.username,
+                packet.client_id, failures, self.throttle.delay(source, now),
+            )
+
+    def close(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+# -- TLS and WebSocket protocols -------------------------------------------------------------
+
+
+class TLSAcceptor(asyncio.Protocol):
+    """Admits a TCP connection, then puts TLS (asyncio's `SSLProtocol`) in front of `inner`.
+
+    The per-source limits run before the handshake, so a flood costs no key exchanges. The
+    `SSLProtocol` is installed by hand (what `loop.start_tls` does internally) because
+    uvloop's `start_tls` does not hand a server socket over reliably; `inner.connection_made`
+    is called once the handshake has completed.
+    """
+
+    def __init__(self, server: Server, listener: ListenerConfig, context: ssl.SSLContext,
+                 inner: MQTTConnection | WebSocketConnection) -> None:
+        self.server = server
+        self.listener = listener
+        self.context = context
+        self.inner = inner
+        self.source: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        raw = cast(asyncio.Transport, transport)
+        source = peer_source(raw.get_extra_info("peername"))
+        if not self.server.admission.accept(source):
+            self.inner.discard()
+            raw.abort()
+            return
+        self.source = source
+        self.inner.adopt(source)
+        loop = self.server.loop
+        waiter: asyncio.Future[None] = loop.create_future()
+        waiter.add_done_callback(self._handshake_done)
+        tls = sslproto.SSLProtocol(
+            loop, self.inner, self.context, waiter, server_side=True,
+            call_connection_made=True,
+            ssl_handshake_timeout=math.ceil(self.server.broker.limits.connect_timeout),
+        )
+        raw.set_protocol(tls)
+        tls.connection_made(raw)
+
+    def _handshake_done(self, waiter: asyncio.Future[None]) -> None:
+        exc = None if waiter.cancelled() else waiter.exception()
+        if exc is None and not waiter.cancelled():
+            return
+        self.server.broker.counters.tls_failed += 1
+        log.info("TLS handshake with %s failed: %s", self.source, exc or "cancelled")
+        assert self.source is not None
+        self.server.admission.release(self.source, before_connect=True)
+        self.inner.discard()
+
+    def data_received(self, data: bytes) -> None:  # pragma: no cover - replaced at once
+        raise AssertionError("TLSAcceptor hands the socket to TLS in connection_made")
+
+
+class _WSTransport(asyncio.Transport):
+    """What an `MQTTConnection` writes to on a WebSocket: one binary frame per write."""
+
+    def __init__(self, owner: WebSocketConnection, transport: asyncio.Transport) -> None:
+        super().__init__()
+        self._owner = owner
+        self._transport = transport
+        self._closing = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        ws = self._owner.ws
+        if not self._closing and ws.state is websocket.State.OPEN:
+            self._transport.write(ws.send(bytes(data)))
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        data = self._owner.ws.close(1000)
+        if data:
+            self._transport.write(data)
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._closing = True
+        self._transport.abort()
+
+    def is_closing(self) -> bool:
+        return self._closing or self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._transport.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size()
+
+
+class WebSocketConnection(asyncio.Protocol):
+    """MQTT over WebSocket: the upgrade and the framing around one `MQTTConnection`."""
+
+    def __init__(self, server: Server, listener: ListenerConfig, label: str) -> None:
+        self.server = server
+        self.listener = listener
+        self.ws = websocket.ServerConnection()
+        self.inner = server.new_protocol(listener, label)
+        self.transport: asyncio.Transport | None = None
+
+    def adopt(self, source: str) -> None:
+        self.inner.adopt(source)
+
+    def discard(self) -> None:
+        self.inner.discard()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        # The MQTT connection exists from the start, so its CONNECT timeout also bounds a
+        # client that never finishes the upgrade.
+        self.inner.connection_made(_WSTransport(self, self.transport))
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        try:
+            events = self.ws.receive(data)
+            self._handle(events)
+        except websocket.HandshakeError as exc:
+            self._reject(exc.status, exc.reason)
+        except websocket.ProtocolError as exc:
+            log.info("WebSocket from %s: %s: closing (%d)", self.inner.conn.peer, exc.reason,
+                     exc.code)
+            self._close(exc.code, exc.reason)
+
+    def _handle(self, events: list[websocket.Event]) -> None:
+        transport = self.transport
+        assert transport is not None
+        for event in events:
+            if isinstance(event, websocket.Data):
+                self.inner.data_received(event.data)
+            elif isinstance(event, websocket.Request):
+                self._upgrade(event)
+            elif isinstance(event, websocket.Ping):
+                transport.write(self.ws.pong(event.payload))
+            elif isinstance(event, websocket.CloseReceived):
+                self._close(event.code or 1000, "")
+            if transport.is_closing():
+                return
+
+    def _upgrade(self, request: websocket.Request) -> None:
+        listener = self.listener
+        if request.path != listener.ws_path:
+            self._reject(404, f"MQTT is served at {listener.ws_path}")
+            return
+        if listener.origins and request.origin is not None and (
+            request.origin not in listener.origins
+        ):
+            self._reject(403, f"origin {request.origin} is not allowed")
+            return
+        chosen = next((p for p in request.subprotocols if p in WS_SUBPROTOCOLS), None)
+        if request.subprotocols and chosen is None:
+            self._reject(400, "subprotocol mqtt required")
+            return
+        assert self.transport is not None
+        self.transport.write(self.ws.accept(chosen))
+        self._handle(self.ws.receive(b""))  # frames the client sent ahead of our 101
+
+    def _reject(self, status: int, reason: str) -> None:
+        self.server.broker.counters.ws_refused += 1
+        log.info("WebSocket upgrade from %s refused: %d %s", self.inner.conn.peer, status, reason)
+        assert self.transport is not None
+        headers = {"Sec-WebSocket-Version": "13"} if status == 426 else None
+        self.transport.write(self.ws.reject(status, reason, headers))
+        self.transport.close()
+
+    def _close(self, code: int, reason: str) -> None:
+        assert self.transport is not None
+        data = self.ws.close(code, reason)
+        if data:
+            self.transport.write(data)
+        self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
+# -- start-up --------------------------------------------------------------------------------
+
+
+def describe_auth(listener: ListenerConfig, security: Security | None, label: str
+                  ) -> tuple[int, str]:
+    """(log level, plain words) about who may connect to a listener."""
+    level = logging.INFO
+    policy = security.policies.get(label) if security is not None else None
+    local = listener.type == "unix" or is_loopback(listener.host)
+    if listener.use_identity_as_username:
+        who = "client certificate required, its CN is the username"
+    elif listener.anonymous_allowed:
+        if local:
+            who = "anonymous clients allowed (local listener)"
+        else:
+            who = "anonymous clients ALLOWED on a non-loopback listener (allow_anonymous = true)"
+            level = logging.WARNING
+    else:
+        why = "allow_anonymous = false" if listener.allow_anonymous is False else (
+            "not loopback; allow_anonymous = true would allow them")
+        who = f"anonymous clients REFUSED ({why})"
+    parts = [who]
+    if policy is not None and policy.passwords is not None:
+        parts.append(f"{len(policy.passwords)} user(s) from {listener.password_file}")
+        if listener.type in ("tcp", "ws") and not local:
+            parts.append("passwords cross the network in clear text: prefer tls/wss")
+            level = logging.WARNING
+    elif not listener.use_identity_as_username:
+        parts.append("no password file (usernames are not verified)")
+    if policy is not None and policy.acl is not None:
+        parts.append(f"ACL {listener.acl_file} ({policy.acl.rule_count} rules)")
+    else:
+        parts.append("no ACL (every topic)")
+    return level, "; ".join(parts)
+
+
+async def start_listener(server: Server, listener: ListenerConfig, label: str
+                         ) -> tuple[asyncio.AbstractServer, list[tuple[str, int]]]:
+    """Bind one listener; returns its asyncio server and the bound (host, port) pairs."""
+    loop = server.loop
+    kind = listener.type
+    context = tls_context(listener) if kind in ("tls", "wss") else None
+    if context is not None:
+        security = server.admission.security
+        loader = security.loader if security is not None else None
+        if isinstance(loader, SecurityFiles):
+            loader.contexts[label] = (context, listener)
+
+    def factory() -> asyncio.Protocol:
+        inner: MQTTConnection | WebSocketConnection
+        if kind in ("ws", "wss"):
+            inner = WebSocketConnection(server, listener, label)
+        else:
+            inner = server.new_protocol(listener, label)
+        if context is not None:
+            return TLSAcceptor(server, listener, context, inner)
+        return inner
+
+    aio_server: asyncio.AbstractServer
+    addresses: list[tuple[str, int]] = []
+    if kind == "unix":
+        path = Path(listener.bind)
+        _remove_stale_socket(path)
+        aio_server = await loop.create_unix_server(factory, str(path), backlog=1024)
+        os.chmod(path, 0o660 if listener.socket_mode is None else listener.socket_mode)
+        server.unix_paths.append(path)
+        bound = [f"unix:{path}"]
+    else:
+        aio_server = await loop.create_server(
+            factory, listener.host, listener.port, reuse_address=True, backlog=1024
+        )
+        bound = []
+        for sock in aio_server.sockets:
+            host, port = sock.getsockname()[:2]
+            addresses.append((host, port))
+            bound.append(f"{host}:{port}" if kind == "tcp" else f"{host}:{port} ({kind})")
+    level, words = describe_auth(listener, server.admission.security, label)
+    for address in bound:
+        server.bound.append(address)
+        extra = f" path {listener.ws_path}" if kind in ("ws", "wss") else ""
+        log.log(level, "listening on %s [%s%s]: %s", address, label, extra, words)
+    return aio_server, addresses
+
+
+def _remove_stale_socket(path: Path) -> None:
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise OSError(f"{path} exists and is not a socket: refusing to replace it")
+    path.unlink()
+
+
+def needs_read_check(hooks: BrokerHooks) -> bool:
+    """Must the broker check READ access per delivery? (False saves work on the hot path.)"""
+    members = hooks.hooks if isinstance(hooks, HookChain) else [hooks]
+    for hook in members:
+        if isinstance(hook, HookChain):
+            if needs_read_check(hook):
+                return True
+        elif isinstance(hook, Security):
+            if hook.restricts_reading:
+                return True
+        elif type(hook).check_acl is not BrokerHooks.check_acl:
+            return True
+    return False
+
+
+def attach_security(broker: Broker, security: Security) -> None:
+    """Wire a `Security` hook to a broker: its counters, and READ checks only when needed."""
+    security.counters = broker.counters
+    broker.dispatch.check_read = needs_read_check(broker.hooks)
+
+
+# -- password file maintenance (`outpost passwd`) ------------------------------------------
+
+
+def set_password(path: Path, username: str, password: bytes | None,
+                 iterations: int = DEFAULT_ITERATIONS) -> str:
+    """Add, update (`password`) or delete (`None`) one user; returns what was done.
+
+    The file is created with mode 0600, an existing file keeps its mode; it is replaced
+    atomically (written next to it, fsynced, renamed), so a crash never leaves half a file.
+    Raises `ValueError` (bad username, unknown user to delete) or `OSError`.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        if password is None:
+            raise ValueError(f"{path} does not exist") from None
+        text, mode = "", 0o600
+    parse_password_text(text)  # refuse to rewrite a file we cannot read back
+    stored = None if password is None else hash_password(password, iterations)
+    new_text, existed = update_password_text(text, username, stored)
+    if password is None and not existed:
+        raise ValueError(f"user {username!r} is not in {path}")
+    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(new_text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    if password is None:
+        return f"deleted user {username!r} from {path}"
+    return f"{'updated' if existed else 'added'} user {username!r} in {path}"
