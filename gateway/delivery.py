@@ -273,11 +273,15 @@ class Dispatcher:
             if delivery.qos > 0 and session is not None and session.persistent:
                 self.hooks.qos_completed(session.client_id, delivery)
             return
+        gated = False
         if delivery.qos > 0 and not delivery.packet_id:
             assert session is not None
             session.outbound.start(delivery)
             if session.persistent:
                 self.hooks.qos_updated(session.client_id, delivery)
+                # QoS 2: the subscriber will hold this packet id until PUBREL; a restarted
+                # broker must resend under the same id, so the id is stored before it is sent.
+                gated = delivery.qos == 2 and self.hooks.durable
         elif delivery.qos > 0 and session is not None:
             session.outbound.inflight[delivery.packet_id] = delivery
         new_alias = False
@@ -302,7 +306,7 @@ class Dispatcher:
             return
         delivery.sent = True
         self.counters.sent += 1
-        conn.sink.write(data)
+        conn.sink.write(data, gated)
 
     def _encode_with_alias(self, conn: Connection, delivery: Delivery, now: float) -> bytes:
         message = delivery.message

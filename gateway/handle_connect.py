@@ -101,9 +101,13 @@ def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) ->
             topic_alias_maximum=broker.limits.topic_alias_maximum or None,
             maximum_packet_size=broker.limits.max_packet_size,
         )
-    conn.sink.write(encode(ConnAck(present, ReasonCode.SUCCESS, connack_props), conn.version))
     if session.persistent:
         broker.hooks.session_saved(broker.record(session))
+    # A persistent session is promised by CONNACK: the store must have it first.
+    conn.sink.write(
+        encode(ConnAck(present, ReasonCode.SUCCESS, connack_props), conn.version),
+        broker.gated_acks and session.persistent,
+    )
     broker.dispatch.resend_inflight(session, now)
     broker.dispatch.pump(session, now)
 

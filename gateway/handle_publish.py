@@ -171,7 +171,11 @@ def on_pubrec(broker: Broker, conn: Connection, packet: PubRec) -> None:
         return
     if session.persistent:
         broker.hooks.qos_updated(session.client_id, delivery)
-    conn.sink.write(encode(PubRel(packet.packet_id), conn.version))
+    # Once PUBREL is out the subscriber may forget the id: after a crash the broker must
+    # resend PUBREL, not the PUBLISH, so "PUBREC received" is stored first.
+    conn.sink.write(
+        encode(PubRel(packet.packet_id), conn.version), broker.gated_acks and session.persistent
+    )
 
 
 def on_pubrel(broker: Broker, conn: Connection, packet: PubRel) -> None:
@@ -185,7 +189,12 @@ def on_pubrel(broker: Broker, conn: Connection, packet: PubRel) -> None:
             broker.hooks.qos2_released(session.client_id, packet.packet_id)
     elif conn.is_v5:
         code = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
-    conn.sink.write(encode(PubComp(packet.packet_id, code), conn.version))
+    # After PUBCOMP the publisher may reuse the id for a new message: the release is stored
+    # first, or a restarted broker would drop that message as a duplicate.
+    conn.sink.write(
+        encode(PubComp(packet.packet_id, code), conn.version),
+        broker.gated_acks and session.persistent,
+    )
 
 
 def on_pubcomp(broker: Broker, conn: Connection, packet: PubComp, now: float) -> None:

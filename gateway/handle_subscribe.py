@@ -65,9 +65,10 @@ def on_subscribe(broker: Broker, conn: Connection, packet: Subscribe, now: float
             sub.retain_handling == 0 or (sub.retain_handling == 1 and not existed)
         ):
             retained_work.append((actual, sub.qos, options))
-    conn.sink.write(encode(SubAck(packet.packet_id, codes), conn.version))
     if session.persistent:
         broker.hooks.session_saved(broker.record(session))
+    gated = broker.gated_acks and session.persistent  # SUBACK promises a stored subscription
+    conn.sink.write(encode(SubAck(packet.packet_id, codes), conn.version), gated)
     for actual, granted, options in retained_work:
         send_retained(broker, session, actual, granted, options, now)
 
@@ -104,6 +105,7 @@ def on_unsubscribe(broker: Broker, conn: Connection, packet: Unsubscribe) -> Non
         removed = broker.table.unsubscribe(session.client_id, actual, group)
         session.subscriptions.pop(topic_filter, None)
         codes.append(ReasonCode.SUCCESS if removed else ReasonCode.NO_SUBSCRIPTION_EXISTED)
-    conn.sink.write(encode(UnsubAck(packet.packet_id, codes), conn.version))
     if session.persistent:
         broker.hooks.session_saved(broker.record(session))
+    gated = broker.gated_acks and session.persistent
+    conn.sink.write(encode(UnsubAck(packet.packet_id, codes), conn.version), gated)
