@@ -9,7 +9,7 @@ SQLite store shares).
 
 from __future__ import annotations
 
-from gateway.hooks import BrokerHooks, RestoredState, SessionRecord
+from gateway.hooks import BrokerHooks, RestoredSession, RestoredState, SessionRecord
 from gateway.inflight import Delivery
 from gateway.message import Message
 
@@ -47,7 +47,7 @@ class MemoryStore(BrokerHooks):
 
     def restore(self) -> RestoredState:
         sessions = [
-            (record, list(self.deliveries.get(client_id, {}).values()))
+            RestoredSession(record, list(self.deliveries.get(client_id, {}).values()))
             for client_id, record in self.sessions.items()
         ]
         return RestoredState(sessions, list(self.retained.values()))
