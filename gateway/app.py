@@ -66,10 +66,13 @@ def build_uplink(
     if not config.uplink.enabled:
         return store, None
     from bridge.uplink.hook import UplinkHook
-    from bridge.uplink.outbox import MemoryOutbox
+    from bridge.uplink.outbox import MemoryOutbox, Outbox
     from bridge.uplink.service import UplinkService
+    from storage.sqlite import SqliteStore
+    from storage.sqlite.uplink_outbox import SqliteOutbox
 
-    outbox = MemoryOutbox()
+    # The outbox lives where the store does, so it commits with the publishes it records.
+    outbox: Outbox = SqliteOutbox(store) if isinstance(store, SqliteStore) else MemoryOutbox()
     hook = UplinkHook(config.uplink, outbox)
     service = UplinkService(config.uplink, outbox, hook, config.gateway_id)
     return HookChain([store, hook]), service

@@ -41,7 +41,7 @@ from gateway.config import StorageConfig
 from gateway.hooks import BrokerHooks, RestoredSession, RestoredState, SessionRecord
 from gateway.inflight import Delivery
 from gateway.message import Message
-from gateway.session import NEVER_EXPIRES, ClientInfo
+from gateway.session import NEVER_EXPIRES
 from storage.sqlite import recovery
 from storage.sqlite.rows import (
     Clock,
@@ -324,8 +324,13 @@ class SqliteStore(BrokerHooks):
         if not self._scheduled:
             self._schedule()
 
-    def published(self, client: ClientInfo | None, message: Message) -> None:
-        """Nothing yet: the uplink issue writes the outbox here."""
+    def outbox_batch(self) -> Batch:
+        """The batch the next group commit writes (the uplink outbox records into it)."""
+        batch = self._batch
+        batch.ops += 1
+        if not self._scheduled:
+            self._schedule()
+        return batch
 
     # -- group commit ----------------------------------------------------------------------
 
@@ -396,6 +401,9 @@ class SqliteStore(BrokerHooks):
                     if not waiter.done():
                         waiter.set_exception(StoreError(f"commit failed: {exc}"))
                 else:
+                    for batch in batches:
+                        for callback in batch.on_committed:
+                            callback()
                     if not waiter.done():
                         waiter.set_result(None)
                 finally:

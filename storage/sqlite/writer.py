@@ -35,6 +35,7 @@ import contextlib
 import sqlite3
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -56,6 +57,14 @@ class Batch:
     qos2_add: set[tuple[int, int]] = field(default_factory=set)
     qos2_del: set[tuple[int, int]] = field(default_factory=set)
     retained: dict[str, RetainedRow | None] = field(default_factory=dict)
+    # the uplink outbox (storage/sqlite/uplink_outbox.py)
+    outbox_inserts: list[tuple[int, str, bytes, int, int, bytes, int, str]] = field(
+        default_factory=list
+    )
+    outbox_deletes: list[int] = field(default_factory=list)
+    outbox_trims: list[tuple[str, int]] = field(default_factory=list)  # (rule, oldest to drop)
+    outbox_top: int = 0  # highest outbox seq handed out: stored so it is never reused
+    on_committed: list[Callable[[], None]] = field(default_factory=list)
     ops: int = 0  # events recorded (for the size trigger and statistics)
 
     def __bool__(self) -> bool:
@@ -86,7 +95,8 @@ class Batch:
         return bool(
             self.session_deletes or self.sessions or self.subscriptions or self.bodies
             or any(self.inserts.values()) or self.updates or self.deletes or self.qos2_add
-            or self.qos2_del or self.retained
+            or self.qos2_del or self.retained or self.outbox_inserts or self.outbox_deletes
+            or self.outbox_trims
         )
 
     def pending_rows(self) -> int:
@@ -162,6 +172,12 @@ def release_dead(conn: sqlite3.Connection) -> None:
     conn.execute("DELETE FROM temp.dead")
 
 
+_INSERT_OUTBOX = (
+    "INSERT OR REPLACE INTO outbox (seq, topic, payload, qos, retain, properties, received_ms, "
+    "rule) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 def apply(conn: sqlite3.Connection, batch: Batch) -> int:
     """Write one batch inside the caller's transaction; returns delivery rows inserted."""
     for sid in batch.session_deletes:
@@ -210,6 +226,21 @@ def apply(conn: sqlite3.Connection, batch: Batch) -> int:
         rows_r = [row for row in batch.retained.values() if row is not None]
         if rows_r:
             conn.executemany(_UPSERT_RETAINED, rows_r)
+    if batch.outbox_inserts:
+        conn.executemany(_INSERT_OUTBOX, batch.outbox_inserts)
+        conn.execute(
+            "UPDATE meta SET value = ? "
+            "WHERE key = 'outbox_seq_reserved' AND CAST(value AS INTEGER) < ?",
+            (str(batch.outbox_top), batch.outbox_top),
+        )
+    for rule, count in batch.outbox_trims:
+        conn.execute(
+            "DELETE FROM outbox WHERE seq IN "
+            "(SELECT seq FROM outbox WHERE rule = ? ORDER BY seq LIMIT ?)",
+            (rule, count),
+        )
+    if batch.outbox_deletes:
+        conn.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in batch.outbox_deletes])
     return inserted
 
 

@@ -12,6 +12,8 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from tests.conftest import require
 from tests.support.broker_proc import BrokerProcess
@@ -53,7 +55,13 @@ class Recorder:
 
     def start(self) -> Recorder:
         if self.v5:
-            self.client.connect("127.0.0.1", self.port, clean_start=self.clean)
+            properties = None
+            if not self.clean:  # a v5 session outlives the connection only with an expiry
+                properties = Properties(PacketTypes.CONNECT)
+                properties.SessionExpiryInterval = 3600
+            self.client.connect(
+                "127.0.0.1", self.port, clean_start=self.clean, properties=properties
+            )
         else:
             self.client.connect("127.0.0.1", self.port)
         self.client.loop_start()
@@ -79,7 +87,9 @@ def publish_local(port: int, items: list[tuple[str, bytes]], qos: int = 1) -> No
     client.disconnect()
 
 
-def uplink_config(cloud_port: int, protocol: int = 5, **rule: Any) -> str:
+def uplink_config(
+    cloud_port: int, protocol: int = 5, remote_extra: str = "", **rule: Any
+) -> str:
     extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in rule.items())
     return f"""
 gateway_id = "site7"
@@ -93,6 +103,7 @@ protocol = {protocol}
 client_id = "uplink-site7"
 backoff_initial = 0.2
 backoff_max = 1.0
+{remote_extra}
 [[uplink.forward]]
 filter = "devices/#"
 topic = {{ strip = "devices/", prefix = "site7/" }}
