@@ -97,12 +97,12 @@ def _tls_context(cfg: LanderConfig) -> ssl.SSLContext | None:
 
 def _paho(client: aiomqtt.Client) -> Any:
     """The paho client under aiomqtt: the one place that reaches into aiomqtt internals."""
-    return client._client  # noqa: SLF001 - see module docstring (manual acks)
+    return client._client  # see module docstring (manual acks)
 
 
 def make_client(cfg: LanderConfig) -> aiomqtt.Client:
     """An MQTT 5 client with a persistent session and manual acknowledgements switched on."""
-    props = Properties(PacketTypes.CONNECT)
+    props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
     props.SessionExpiryInterval = cfg.session_expiry_s
     props.ReceiveMaximum = cfg.receive_maximum
     client = aiomqtt.Client(
@@ -173,9 +173,9 @@ class Lander:
             for topic_filter in self.cfg.filters():
                 await client.subscribe(topic_filter, qos=1)
             log.info("subscribed %s as %s", ",".join(self.cfg.filters()), self.cfg.client_id)
-            reader = asyncio.create_task(self._read(client), name="lander-read")
-            ticker = asyncio.create_task(self._tick(), name="lander-tick")
-            stopper = asyncio.create_task(self.stop.wait(), name="lander-stop")
+            reader: asyncio.Task[Any] = asyncio.create_task(self._read(client), name="read")
+            ticker: asyncio.Task[Any] = asyncio.create_task(self._tick(), name="tick")
+            stopper: asyncio.Task[Any] = asyncio.create_task(self.stop.wait(), name="stop")
             done, _ = await asyncio.wait(
                 {reader, ticker, stopper}, return_when=asyncio.FIRST_COMPLETED
             )

@@ -29,7 +29,7 @@ def _schema(*fields: tuple[str, DataType]) -> StructType:
 
 
 S, L, D, B = StringType(), LongType(), DoubleType(), BooleanType()
-TS, DATE, I = TimestampType(), DateType(), IntegerType()
+TS, DATE, INT = TimestampType(), DateType(), IntegerType()
 
 #: the message id, as columns
 ID_COLUMNS = ("gateway", "epoch", "seq")
@@ -47,7 +47,7 @@ BRONZE = _schema(
     ("lander_id", S),
     ("_corrupt_record", S),
     ("ingest_date", DATE),
-    ("ingest_hour", I),
+    ("ingest_hour", INT),
 )
 
 # --- silver ---------------------------------------------------------------------------------
@@ -63,7 +63,6 @@ MESSAGES = _schema(
     ("copies", L),
     ("conflict", B),
     ("local_topic", S),
-    ("remote_topic", S),
     ("received_ms", L),
     ("ingest_ms", L),
     ("event_date", DATE),

@@ -18,6 +18,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
     "spark.ui.showConsoleProgress": "false",
+    # partitioned writes without sorting by partition first (few event dates per run)
+    "spark.sql.maxConcurrentOutputFileWriters": "16",
 }
 
 

@@ -5,9 +5,9 @@ job writes lives under ``<out>/<relative path>`` as Parquet, described once in :
 (path, schema, partition columns). :func:`write_table` projects a frame onto the table
 schema (:func:`conform`) and writes it with *dynamic partition overwrite*: a re-run replaces
 exactly the partitions it produces and leaves the others alone, so running a job twice gives
-the same table. Tables without partition columns are small summaries and are replaced whole.
-Paths are plain strings joined with ``/`` so that ``s3a://`` or ``abfss://`` roots work the
-same as local directories.
+the same table. Tables without partition columns are small summaries and are replaced whole,
+and so are the event tables marked ``replace_whole`` (see :class:`Table`). Paths are plain
+strings joined with ``/``, so ``s3a://`` or ``abfss://`` roots work like local directories.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import StructType
 
 from cloud_spark import contract as c
@@ -25,11 +25,18 @@ from cloud_spark import schemas as s
 
 @dataclass(frozen=True)
 class Table:
-    """A table written by a job: relative path, schema, partition columns."""
+    """A table written by a job: relative path, schema, partition columns, overwrite mode.
+
+    ``replace_whole`` marks event tables (outages, flags) that a run recomputes completely
+    from silver and whose rows can disappear (late data fills a gap): they are replaced as a
+    whole, so no stale partition survives. Every other table is written with dynamic
+    partition overwrite.
+    """
 
     path: str
     schema: StructType
     partition_by: tuple[str, ...] = ()
+    replace_whole: bool = False
 
 
 TABLES: dict[str, Table] = {
@@ -40,12 +47,14 @@ TABLES: dict[str, Table] = {
     "uplink_diagnostics": Table("silver/uplink_diagnostics", s.UPLINK_DIAGNOSTICS, ("event_date",)),
     "quarantine": Table("silver/quarantine", s.QUARANTINE, ("ingest_date",)),
     "rollups": Table("gold/rollups", s.ROLLUPS, ("grain", "window_date")),
-    "outages": Table("gold/outages", s.OUTAGES, ("event_date",)),
+    "outages": Table("gold/outages", s.OUTAGES, ("event_date",), replace_whole=True),
     "availability": Table("gold/availability", s.AVAILABILITY, ("event_date",)),
-    "link_outages": Table("gold/link_outages", s.LINK_OUTAGES, ("event_date",)),
+    "link_outages": Table("gold/link_outages", s.LINK_OUTAGES, ("event_date",), replace_whole=True),
     "seq_summary": Table("gold/seq_summary", s.SEQ_SUMMARY),
     "seq_gaps": Table("gold/seq_gaps", s.SEQ_GAPS),
-    "quality_flags": Table("gold/quality_flags", s.QUALITY_FLAGS, ("event_date",)),
+    "quality_flags": Table(
+        "gold/quality_flags", s.QUALITY_FLAGS, ("event_date",), replace_whole=True
+    ),
     "clock_skew": Table("gold/clock_skew", s.CLOCK_SKEW, ("event_date",)),
     "device_health": Table("gold/device_health", s.DEVICE_HEALTH, ("event_date",)),
     "link_health": Table("gold/link_health", s.LINK_HEALTH, ("event_date",)),
@@ -103,10 +112,11 @@ def read_table(spark: SparkSession, out: str, name: str) -> DataFrame:
 def write_table(df: DataFrame, out: str, name: str) -> None:
     """Write with dynamic partition overwrite (whole-table overwrite if unpartitioned)."""
     table = TABLES[name]
+    mode = "static" if table.replace_whole else "dynamic"
     writer = (
         conform(df, table.schema)
         .write.mode("overwrite")
-        .option("partitionOverwriteMode", "dynamic")
+        .option("partitionOverwriteMode", mode)
         .option("compression", "snappy")
     )
     if table.partition_by:

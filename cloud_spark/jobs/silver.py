@@ -3,12 +3,13 @@
 How this works (extract → transform → load):
 
 1. **Extract** every bronze file with the explicit bronze schema.
-2. :func:`dedupe` groups rows by message id ``(gateway, epoch, seq)`` and keeps the earliest
+2. :func:`cloud_spark.jobs.silver_parse.classify` and ``parse_payloads`` type and validate;
+   :func:`slim` drops the raw payload of rows that parsed fine (only quarantine needs it).
+3. :func:`dedupe` groups rows by message id ``(gateway, epoch, seq)`` and keeps the earliest
    landed copy (smallest ``ingest_ms``, ties broken by the other columns, so the choice is
    deterministic), counting ``copies`` and flagging ``conflict`` when copies of one id carry
    different payloads or topics (an epoch reused by mistake). Rows without an id are kept
    as they are (``copies = 1``) and end up in quarantine.
-3. :func:`cloud_spark.jobs.silver_parse.classify` and ``parse_payloads`` type and validate.
 4. One pure function per output table selects its rows: :func:`points`, :func:`status`,
    :func:`device_diagnostics`, :func:`uplink_diagnostics`, :func:`quarantine` (every row with a
    reason, never silently dropped) and :func:`messages` (one row per distinct id, good or
@@ -27,25 +28,13 @@ from dataclasses import dataclass
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import functions as F  # noqa: N812
 
 from cloud_spark import contract as c
 from cloud_spark import tables
 from cloud_spark.jobs import silver_parse as sp
 
 ID = ["gateway", "epoch", "seq"]
-BRONZE_COLUMNS = [
-    "local_topic",
-    "received_ms",
-    "remote_topic",
-    "payload",
-    "payload_encoding",
-    "ingest_ms",
-    "lander_id",
-    "_corrupt_record",
-    "ingest_date",
-    "ingest_hour",
-]
 
 
 @dataclass(frozen=True)
@@ -66,33 +55,45 @@ def ts_of_ms(ms: Column) -> Column:
     return F.timestamp_millis(ms)
 
 
-def dedupe(bronze: DataFrame) -> DataFrame:
-    """One row per message id (earliest copy) plus every id-less row; adds copies, conflict."""
+def with_content_hash(df: DataFrame) -> DataFrame:
+    """Add ``_hash``: a 64-bit hash of what a message says (topic and payload)."""
+    return df.withColumn("_hash", F.xxhash64("local_topic", "payload", "payload_encoding"))
+
+
+def dedupe(df: DataFrame) -> DataFrame:
+    """One row per message id (earliest copy) plus every id-less row; adds copies, conflict.
+
+    ``df`` needs the id columns, ``ingest_ms`` and ``_hash`` (:func:`with_content_hash`);
+    copies of one id whose hashes differ are a *conflict*. The kept copy is the smallest
+    struct of all columns with ``ingest_ms`` first: the earliest landed, deterministically.
+    """
     has_id = F.col("gateway").isNotNull() & F.col("epoch").isNotNull() & F.col("seq").isNotNull()
-    order = ["ingest_ms", *[col for col in BRONZE_COLUMNS if col != "ingest_ms"]]
+    rest = [name for name in df.columns if name not in (*ID, "ingest_ms", "_hash")]
     kept = (
-        bronze.where(has_id)
+        df.where(has_id)
         .groupBy(*ID)
         .agg(
             F.count(F.lit(1)).alias("copies"),
-            F.min(F.struct(*order)).alias("_first"),
-            (
-                (F.min("payload") != F.max("payload"))
-                | (F.min("local_topic") != F.max("local_topic"))
-            ).alias("conflict"),
+            F.min(F.struct("ingest_ms", *rest)).alias("_first"),
+            (F.min("_hash") != F.max("_hash")).alias("conflict"),
         )
         .select(*ID, "_first.*", "copies", "conflict")
     )
-    loose = bronze.where(~has_id).withColumns(
+    loose = df.where(~has_id).withColumns(
         {"copies": F.lit(1).cast("long"), "conflict": F.lit(False)}
     )
-    return kept.unionByName(loose)
+    return kept.unionByName(loose.drop("_hash"))
 
 
 def parse(bronze: DataFrame, params: SilverParams) -> DataFrame:
-    """dedupe → classify → parse_payloads."""
-    classified = sp.classify(dedupe(bronze), params.prefix, params.uplink_topic)
-    return sp.parse_payloads(classified)
+    """classify → parse_payloads → slim → dedupe.
+
+    Parsing before deduplication means the shuffle that finds duplicates carries typed
+    columns, not raw payloads (those are kept for quarantined rows only); the few
+    duplicates are parsed twice, which is cheaper.
+    """
+    classified = sp.classify(with_content_hash(bronze), params.prefix, params.uplink_topic)
+    return dedupe(slim(sp.parse_payloads(classified)))
 
 
 def _good(parsed: DataFrame, kind: str) -> DataFrame:
@@ -206,17 +207,25 @@ def messages(parsed: DataFrame) -> DataFrame:
         "copies",
         "conflict",
         "local_topic",
-        "remote_topic",
         "received_ms",
         "ingest_ms",
         date_of_ms(event).alias("event_date"),
     )
 
 
+#: columns only the quarantine needs: kept for bad rows only when the parsed frame is cached
+RAW_COLUMNS = ("payload", "payload_encoding", "remote_topic", "lander_id", "_corrupt_record")
+
+
+def slim(parsed: DataFrame) -> DataFrame:
+    """The parsed frame without raw bytes of good rows (what is worth caching)."""
+    bad = F.col("reason").isNotNull()
+    return parsed.withColumns({name: F.when(bad, F.col(name)) for name in RAW_COLUMNS})
+
+
 def silver_tables(bronze: DataFrame, params: SilverParams) -> dict[str, DataFrame]:
     """All silver outputs of one bronze frame (pure; nothing is persisted here)."""
-    parsed = parse(bronze, params)
-    return _split(parsed, params)
+    return _split(parse(bronze, params), params)
 
 
 def _split(parsed: DataFrame, params: SilverParams) -> dict[str, DataFrame]:

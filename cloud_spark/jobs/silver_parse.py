@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import functions as F  # noqa: N812
 
 from cloud_spark import contract as c
 
@@ -86,11 +86,19 @@ def classify(
     prefix: str = c.DEFAULT_DEVICE_PREFIX,
     uplink_topic: str = c.UPLINK_DIAGNOSTICS_TOPIC,
 ) -> DataFrame:
-    """Add ``kind``, ``device`` and ``point`` from ``local_topic``."""
-    pattern = f"^\\Q{prefix}\\E/([^/]+)/([^/]+)$"
+    """Add ``kind``, ``device`` and ``point`` from ``local_topic``.
+
+    Plain string functions, no regular expressions: this runs on every row.
+    """
     topic = F.col("local_topic")
-    matched = topic.rlike(pattern)
-    leaf = F.regexp_extract(topic, pattern, 2)
+    head = f"{prefix}/"
+    rest = F.substring(topic, len(head) + 1, 1 << 20)
+    slashes = F.length(rest) - F.length(F.replace(rest, F.lit("/"), F.lit("")))
+    device = F.substring_index(rest, "/", 1)
+    leaf = F.substring_index(rest, "/", -1)
+    matched = (
+        topic.startswith(head) & (slashes == 1) & (F.length(device) > 0) & (F.length(leaf) > 0)
+    )
     kind = (
         F.when(topic == F.lit(uplink_topic), KIND_UPLINK_DIAGNOSTICS)
         .when(matched & (leaf == c.STATUS_LEAF), KIND_STATUS)
@@ -98,9 +106,13 @@ def classify(
         .when(matched, KIND_POINT)
         .otherwise(KIND_UNKNOWN)
     )
-    device = F.when(matched & (topic != F.lit(uplink_topic)), F.regexp_extract(topic, pattern, 1))
-    return df.withColumns(
-        {"kind": kind, "device": device, "point": F.when(kind == KIND_POINT, leaf)}
+    return df.withColumn("kind", kind).withColumns(
+        {
+            "device": F.when(
+                F.col("kind").isin(KIND_POINT, KIND_STATUS, KIND_DEVICE_DIAGNOSTICS), device
+            ),
+            "point": F.when(F.col("kind") == KIND_POINT, leaf),
+        }
     )
 
 
@@ -142,9 +154,7 @@ def _kind_reason(kind: str) -> Column:
     """First field problem of a JSON kind, then value-range problems."""
     checks = [_field_reason(spec) for spec in SPECS[kind]]
     ts = F.try_variant_get(F.col("_v"), "$.ts", "bigint")
-    checks.append(
-        F.when((ts < MIN_EVENT_MS) | (ts >= MAX_EVENT_MS), F.lit("invalid_value:ts"))
-    )
+    checks.append(F.when((ts < MIN_EVENT_MS) | (ts >= MAX_EVENT_MS), F.lit("invalid_value:ts")))
     if kind == KIND_POINT:
         quality = F.try_variant_get(F.col("_v"), "$.quality", "string")
         checks.append(F.when(~quality.isin(*c.QUALITIES), F.lit("invalid_value:quality")))
@@ -152,7 +162,9 @@ def _kind_reason(kind: str) -> Column:
 
 
 def _get(name: str, sql_type: str) -> Column:
-    return F.try_variant_get(F.col("_v"), f"$.{name}", sql_type)
+    """Typed field value; only looked up where the kind has the field and it is present."""
+    present = F.col(f"_t_{name}").isNotNull()
+    return F.when(present, F.try_variant_get(F.col("_v"), f"$.{name}", sql_type))
 
 
 def parse_payloads(classified: DataFrame) -> DataFrame:
@@ -164,13 +176,23 @@ def parse_payloads(classified: DataFrame) -> DataFrame:
         "_v", F.when(kind.isin(*JSON_KINDS), F.try_parse_json(F.col("_text")))
     )
     names = sorted({spec.name for specs in SPECS.values() for spec in specs})
+    kinds_of = {
+        name: [k for k, specs in SPECS.items() if any(f.name == name for f in specs)]
+        for name in names
+    }
+    # field types only where the kind has that field: schema_of_variant is the costly part
     stage = stage.withColumns(
-        {f"_t_{name}": F.schema_of_variant(_field(name)) for name in names}
-    ).withColumn("_obj", F.schema_of_variant(F.col("_v")).startswith("OBJECT"))
-    status_text = F.trim(F.col("_text"))
+        {
+            f"_t_{name}": F.when(kind.isin(*kinds_of[name]), F.schema_of_variant(_field(name)))
+            for name in names
+        }
+    )
+    status_text = F.when(kind == KIND_STATUS, F.regexp_replace(F.col("_text"), r"^\s+|\s+$", ""))
+    # a missing ts is either a missing field or not an object at all; && short-circuits
+    not_object = F.col("_t_ts").isNull() & ~F.schema_of_variant(F.col("_v")).startswith("OBJECT")
     json_reason = (
         F.when(F.col("_v").isNull(), F.lit("invalid_json"))
-        .when(~F.col("_obj"), F.lit("not_an_object"))
+        .when(not_object, F.lit("not_an_object"))
         .when(kind == KIND_POINT, _kind_reason(KIND_POINT))
         .when(kind == KIND_DEVICE_DIAGNOSTICS, _kind_reason(KIND_DEVICE_DIAGNOSTICS))
         .otherwise(_kind_reason(KIND_UPLINK_DIAGNOSTICS))
@@ -213,5 +235,5 @@ def parse_payloads(classified: DataFrame) -> DataFrame:
             "dropped": _get("dropped", "bigint"),
         }
     )
-    helpers = ["_text", "_v", "_obj", *(f"_t_{name}" for name in names)]
+    helpers = ["_text", "_v", *(f"_t_{name}" for name in names)]
     return parsed.drop(*helpers)

@@ -1,0 +1,1 @@
+"""Cloud-side benchmarks: the TSBS-IoT-shaped bronze generator and the Spark job benchmark."""

@@ -1,0 +1,192 @@
+"""``rollups``: 1 min / 15 min / 1 h / 1 d aggregates per device point.
+
+How this works:
+
+* **Sample statistics** (count, min, max, avg, stddev, sum, first, last) are computed per
+  grain directly from the numeric samples of ``silver/points`` whose quality is accepted
+  (``good`` and ``uncertain`` by default). ``first``/``last`` are by event time (then seq).
+* **Time-weighted average.** Points report on change (deadband) plus a heartbeat, so a value
+  holds until the next sample of the same series. :func:`hold_segments` turns every sample
+  into a segment ``[event_ms, end_ms)`` with ``end_ms = min(next sample, event_ms +
+  max_hold_ms)``: past ``max_hold_ms`` without news the value is unknown (an outage), not
+  held forever. The next sample of *any* quality ends a segment, but only segments of
+  accepted numeric samples are weighted. :func:`twa_partials` cuts segments at base-grain
+  (1 min) boundaries and sums ``value x overlap`` and ``overlap`` per base window. Those two
+  sums add up exactly into every coarser grain (all grains are whole multiples of the base
+  grain and aligned to UTC midnight), so coarser TWAs come from the base partials, not from
+  the raw segments: ``twa = Σ value·overlap / Σ overlap`` and ``covered_s = Σ overlap``.
+  A window can have a TWA without samples (a value carried in from an earlier window): its
+  ``count`` is 0 and its sample statistics are null.
+* Sample statistics and TWA sums meet in a union + hash aggregate (cheaper than a full outer
+  join); ``first``/``last`` use one long ordering key so the aggregation stays hash-based.
+* The job caches the narrow points projection and the base partials (each grain reuses
+  them); rows are partitioned by ``grain`` and window date, dynamic partition overwrite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F  # noqa: N812
+
+from cloud_spark import tables
+from cloud_spark.jobs.silver import date_of_ms
+
+SERIES = ["gateway", "device", "point"]
+
+
+@dataclass(frozen=True)
+class RollupParams:
+    """Parameters of the rollups job (CLI flags of ``python -m cloud_spark rollups``)."""
+
+    grains: tuple[str, ...] = ("1m", "15m", "1h", "1d")
+    max_hold_ms: int = 15 * 60_000
+    qualities: tuple[str, ...] = ("good", "uncertain")
+
+
+def parse_grain(text: str) -> int:
+    """``"90s"``, ``"1m"``, ``"15m"``, ``"1h"``, ``"1d"`` → milliseconds."""
+    units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    if len(text) < 2 or text[-1] not in units or not text[:-1].isdigit() or int(text[:-1]) <= 0:
+        raise ValueError(f"bad grain {text!r}: use a positive number and s, m, h or d")
+    return int(text[:-1]) * units[text[-1]]
+
+
+def _floor(ms: Column, grain_ms: int) -> Column:
+    return (F.floor(ms / F.lit(grain_ms)) * F.lit(grain_ms)).cast("long")
+
+
+def _accepted(qualities: tuple[str, ...]) -> Column:
+    return F.col("value_num").isNotNull() & F.col("quality").isin(*qualities)
+
+
+def hold_segments(points: DataFrame, max_hold_ms: int, qualities: tuple[str, ...]) -> DataFrame:
+    """Segments ``(series, value, seg_start, seg_end)`` during which an accepted value holds."""
+    order = Window.partitionBy(*SERIES).orderBy("event_ms", "epoch", "seq")
+    nxt = F.lead("event_ms").over(order)
+    held_until = F.col("event_ms") + F.lit(max_hold_ms)
+    with_end = points.withColumn("seg_end", F.least(F.coalesce(nxt, held_until), held_until))
+    return with_end.where(_accepted(qualities) & (F.col("seg_end") > F.col("event_ms"))).select(
+        *SERIES,
+        F.col("value_num").alias("value"),
+        F.col("event_ms").alias("seg_start"),
+        "seg_end",
+    )
+
+
+def twa_partials(segments: DataFrame, base_ms: int) -> DataFrame:
+    """Per series and base window: ``weighted = Σ value·overlap_ms``, ``covered = Σ overlap``."""
+    first_window = _floor(F.col("seg_start"), base_ms)
+    last_window = _floor(F.col("seg_end") - F.lit(1), base_ms)
+    pieces = segments.withColumn(
+        "window_ms", F.explode(F.sequence(first_window, last_window, F.lit(base_ms).cast("long")))
+    )
+    overlap = F.least(F.col("seg_end"), F.col("window_ms") + F.lit(base_ms)) - F.greatest(
+        F.col("seg_start"), F.col("window_ms")
+    )
+    return (
+        pieces.withColumn("overlap", overlap.cast("double"))
+        .groupBy(*SERIES, "window_ms")
+        .agg(
+            F.sum(F.col("value") * F.col("overlap")).alias("weighted"),
+            F.sum("overlap").alias("covered"),
+        )
+    )
+
+
+def _order_key() -> Column:
+    """Event time then seq as one long (ms x 2^20 + seq mod 2^20): first/last stay
+    deterministic and the aggregation stays hash-based (a struct key forces a sort)."""
+    return F.col("event_ms") * F.lit(1 << 20) + F.pmod(F.col("seq"), F.lit(1 << 20))
+
+
+def sample_stats(points: DataFrame, grain_ms: int, qualities: tuple[str, ...]) -> DataFrame:
+    """count/min/max/avg/stddev/sum/first/last of accepted samples per series and window."""
+    order = _order_key()
+    return (
+        points.where(_accepted(qualities))
+        .withColumn("window_ms", _floor(F.col("event_ms"), grain_ms))
+        .groupBy(*SERIES, "window_ms")
+        .agg(
+            F.count("value_num").alias("count"),
+            F.min("value_num").alias("min"),
+            F.max("value_num").alias("max"),
+            F.avg("value_num").alias("avg"),
+            F.stddev_samp("value_num").alias("stddev"),
+            F.sum("value_num").alias("sum"),
+            F.min_by("value_num", order).alias("first"),
+            F.max_by("value_num", order).alias("last"),
+        )
+    )
+
+
+def _grains(params: RollupParams) -> dict[str, int]:
+    grains = {name: parse_grain(name) for name in params.grains}
+    base_ms = min(grains.values())
+    for name, grain_ms in grains.items():
+        if grain_ms % base_ms or (86_400_000 % grain_ms and grain_ms % 86_400_000):
+            raise ValueError(f"grain {name} must be a multiple of {base_ms} ms aligned to days")
+    return grains
+
+
+def base_partials(points: DataFrame, params: RollupParams) -> DataFrame:
+    """TWA partial sums per series and base-grain (smallest grain) window."""
+    base_ms = min(_grains(params).values())
+    return twa_partials(hold_segments(points, params.max_hold_ms, params.qualities), base_ms)
+
+
+def rollup(points: DataFrame, params: RollupParams) -> DataFrame:
+    """All grains of ``params.grains`` for a ``silver/points`` frame (pure)."""
+    return rollup_from(points, base_partials(points, params), params)
+
+
+def rollup_from(points: DataFrame, partials: DataFrame, params: RollupParams) -> DataFrame:
+    """:func:`rollup` with the base-grain partials given (the job computes them once)."""
+    grains = _grains(params)
+    frames = []
+    stat_names = ["count", "min", "max", "avg", "stddev", "sum", "first", "last"]
+    for name, grain_ms in grains.items():
+        twa = (
+            partials.withColumn("window_ms", _floor(F.col("window_ms"), grain_ms))
+            .groupBy(*SERIES, "window_ms")
+            .agg(F.sum("weighted").alias("weighted"), F.sum("covered").alias("covered"))
+        )
+        stats = sample_stats(points, grain_ms, params.qualities)
+        # a full outer join as union + hash aggregate: each key has at most one row per side
+        both = stats.unionByName(twa, allowMissingColumns=True)
+        joined = both.groupBy(*SERIES, "window_ms").agg(
+            *[F.max(col).alias(col) for col in [*stat_names, "weighted", "covered"]]
+        )
+        frames.append(
+            joined.select(
+                *SERIES,
+                F.timestamp_millis("window_ms").alias("window_start"),
+                F.timestamp_millis(F.col("window_ms") + F.lit(grain_ms)).alias("window_end"),
+                F.coalesce(F.col("count"), F.lit(0)).alias("count"),
+                *stat_names[1:],
+                F.when(F.col("covered") > 0, F.col("weighted") / F.col("covered")).alias("twa"),
+                F.coalesce(F.col("covered") / 1000.0, F.lit(0.0)).alias("covered_s"),
+                F.lit(name).alias("grain"),
+                date_of_ms(F.col("window_ms")).alias("window_date"),
+            )
+        )
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+def run(spark: SparkSession, root: str, out: str, params: RollupParams) -> dict[str, int]:
+    """Read silver points, write gold rollups; returns rows written per grain."""
+    del root  # rollups read silver only
+    columns = [*SERIES, "epoch", "seq", "event_ms", "value_num", "quality"]
+    points = tables.read_table(spark, out, "points").select(*columns).cache()
+    partials = base_partials(points, params).cache()
+    try:
+        tables.write_table(rollup_from(points, partials, params), out, "rollups")
+    finally:
+        partials.unpersist()
+        points.unpersist()
+    written = tables.read_table(spark, out, "rollups").groupBy("grain").count().collect()
+    return {row["grain"]: row["count"] for row in written}

@@ -1,0 +1,1 @@
+"""Tests of the cloud side: lander, bronze, Spark jobs, benchmark generator."""

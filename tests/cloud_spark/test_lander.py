@@ -1,0 +1,263 @@
+"""The lander against a real mosquitto: deferred acks, kill -9 mid-stream, clean SIGTERM.
+
+Publishers are paho-mqtt clients playing the gateway uplink: MQTT 5 with user properties
+(gateway ``gw-v5``) and MQTT 3.1.1 with the JSON envelope (gateway ``gw-v311``). The lander
+runs as ``python -m cloud_spark land`` in a child process, so these tests also cover the
+module entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from pyspark.sql import SparkSession
+
+from cloud_spark.cli import job_params, run_job
+from cloud_spark.jobs import quality
+from cloud_spark.tables import read_table
+from tests.cloud_spark.conftest import T0
+from tests.support.mosquitto import Mosquitto
+
+ROOT = Path(__file__).resolve().parents[2]
+EPOCH = "9f0c2b1e-0000-4000-8000-000000000001"
+
+
+class Lander:
+    """``python -m cloud_spark land`` as a child process; stderr collected line by line."""
+
+    def __init__(self, broker: Mosquitto, root: Path, client_id: str, *extra: str) -> None:
+        cmd = [
+            sys.executable, "-m", "cloud_spark", "land",
+            "--broker", f"{broker.host}:{broker.port}",
+            "--topic", "outpost/#",
+            "--root", str(root),
+            "--client-id", client_id,
+            *extra,
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.wait_for("subscribed")
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def wait_for(self, text: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"lander never said {text!r}:\n{''.join(self.lines)}")
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=30)
+        self._reader.join(timeout=5)
+        return code
+
+
+@pytest.fixture
+def landers() -> Iterator[list[Lander]]:
+    started: list[Lander] = []
+    yield started
+    for lander in started:
+        if lander.proc.poll() is None:
+            lander.kill()
+
+
+def point_payload(seq: int) -> str:
+    return json.dumps({"value": seq * 0.5, "unit": "kW", "ts": T0 + seq, "quality": "good"})
+
+
+def local_topic(seq: int) -> str:
+    return f"devices/meter-{seq % 3}/power"
+
+
+class Uplink:
+    """A gateway uplink: numbered messages to the cloud broker, MQTT 5 or 3.1.1."""
+
+    def __init__(self, broker: Mosquitto, *, v5: bool) -> None:
+        self.v5 = v5
+        self.gateway = "gw-v5" if v5 else "gw-v311"
+        protocol = mqtt.MQTTv5 if v5 else mqtt.MQTTv311
+        self.client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id=f"uplink-{self.gateway}", protocol=protocol
+        )
+        self.client.max_inflight_messages_set(100)
+        self.client.connect(broker.host, broker.port)
+        self.client.loop_start()
+
+    def send(self, seq: int) -> mqtt.MQTTMessageInfo:
+        topic = local_topic(seq)
+        remote = f"outpost/{self.gateway}/{topic}"
+        meta = {"gateway": self.gateway, "epoch": EPOCH, "seq": seq, "topic": topic}
+        meta["received_ms"] = T0 + seq
+        if self.v5:
+            props = Properties(PacketTypes.PUBLISH)
+            props.UserProperty = [(key, str(value)) for key, value in meta.items()]
+            return self.client.publish(remote, point_payload(seq), qos=1, properties=props)
+        envelope = {**meta, "encoding": "utf8", "payload": point_payload(seq)}
+        return self.client.publish(remote, json.dumps(envelope), qos=1)
+
+    def send_all(self, seqs: list[int]) -> None:
+        infos = [self.send(seq) for seq in seqs]
+        for info in infos:
+            info.wait_for_publish(timeout=30)
+            assert info.is_published()
+
+    def close(self) -> None:
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+def bronze_ids(root: Path) -> list[tuple[str, int]]:
+    """(gateway, seq) of every committed bronze record, duplicates included."""
+    ids = []
+    for path in sorted(root.glob("bronze/*/*/part-*.json.gz")):
+        with gzip.open(path, "rt") as handle:
+            ids += [(rec["gateway"], rec["seq"]) for rec in map(json.loads, handle)]
+    return ids
+
+
+def wait_for_ids(root: Path, expected: set[tuple[str, int]], timeout: float = 40.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not expected <= set(bronze_ids(root)):
+        if time.monotonic() > deadline:
+            missing = sorted(expected - set(bronze_ids(root)))
+            raise AssertionError(f"{len(missing)} ids never landed, e.g. {missing[:5]}")
+        time.sleep(0.1)
+
+
+def test_acks_wait_for_the_commit(mosquitto: Mosquitto, tmp_path: Path, landers: list) -> None:
+    """A lander killed while holding received-but-uncommitted messages loses none of them.
+
+    Had it acknowledged on receipt, the broker would not deliver them again.
+    """
+    root = tmp_path / "landing"
+    slow = Lander(mosquitto, root, "lander-1", "--roll-seconds", "60")
+    landers.append(slow)
+    uplink = Uplink(mosquitto, v5=True)
+    uplink.send_all(list(range(1, 41)))
+    time.sleep(1.0)  # the lander has them by now, in an open (uncommitted) file
+    assert bronze_ids(root) == []
+    assert len(list(root.glob("bronze/*/*/.part-*.tmp"))) == 1
+    slow.kill()
+    fast = Lander(mosquitto, root, "lander-1", "--roll-seconds", "0.2")
+    landers.append(fast)
+    wait_for_ids(root, {("gw-v5", seq) for seq in range(1, 41)})
+    assert fast.terminate() == 0
+    assert list(root.glob("bronze/*/*/.part-*")) == []  # the killed run's temp file is gone
+    uplink.close()
+
+
+def test_sigterm_commits_and_acks_before_exit(
+    mosquitto: Mosquitto, tmp_path: Path, landers: list
+) -> None:
+    root = tmp_path / "landing"
+    lander = Lander(mosquitto, root, "lander-2", "--roll-seconds", "60")
+    landers.append(lander)
+    uplink = Uplink(mosquitto, v5=False)
+    uplink.send_all(list(range(1, 11)))
+    time.sleep(0.5)
+    assert bronze_ids(root) == []
+    assert lander.terminate() == 0
+    assert sorted(bronze_ids(root)) == [("gw-v311", seq) for seq in range(1, 11)]
+    # the acks reached the broker before the disconnect: nothing is delivered again
+    again = Lander(mosquitto, root, "lander-2", "--roll-seconds", "0.1")
+    landers.append(again)
+    time.sleep(1.0)
+    assert again.terminate() == 0
+    assert len(bronze_ids(root)) == 10
+    uplink.close()
+
+
+def test_kill_mid_stream_then_silver_is_exactly_once(
+    spark: SparkSession, mosquitto: Mosquitto, tmp_path: Path, landers: list
+) -> None:
+    root, out = tmp_path / "landing", tmp_path / "tables"
+    n = 600
+    flags = ("--roll-seconds", "0.2", "--roll-bytes", "8192", "--receive-maximum", "50")
+    first = Lander(mosquitto, root, "lander-3", *flags)
+    landers.append(first)
+    uplinks = [Uplink(mosquitto, v5=True), Uplink(mosquitto, v5=False)]
+    resent = list(range(100, 150))  # an uplink restart sends these again
+
+    def publish() -> None:
+        for start in range(1, n + 1, 50):
+            batch = list(range(start, min(start + 50, n + 1)))
+            for uplink in uplinks:
+                uplink.send_all(batch)
+            time.sleep(0.02)
+        for uplink in uplinks:
+            uplink.send_all(resent)
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    deadline = time.monotonic() + 30
+    while len(bronze_ids(root)) < 200:
+        assert time.monotonic() < deadline, "the first lander landed too little"
+        time.sleep(0.02)
+    first.kill()  # mid-stream: the publishers are still going
+    landed_by_first = len(bronze_ids(root))
+    assert landed_by_first < 2 * n
+    time.sleep(0.3)
+    second = Lander(mosquitto, root, "lander-3", *flags)
+    landers.append(second)
+    publisher.join(timeout=60)
+    expected = {(u.gateway, seq) for u in uplinks for seq in range(1, n + 1)}
+    wait_for_ids(root, expected)
+    assert second.terminate() == 0
+    for uplink in uplinks:
+        uplink.close()
+
+    ids = bronze_ids(root)
+    assert set(ids) == expected  # every id at least once, nothing else
+    assert len(ids) >= 2 * n + len(resent)  # the resent ones at least twice
+
+    result = run_job(
+        "silver", spark, str(root), str(out), job_params("silver", argparse.Namespace())
+    )
+    assert result["rows"] == 2 * n
+    assert result["duplicates_removed"] == len(ids) - 2 * n
+    messages = read_table(spark, str(out), "messages")
+    assert messages.select("gateway", "seq").distinct().count() == 2 * n
+    assert read_table(spark, str(out), "points").count() == 2 * n
+    summary = quality.seq_summary(messages).collect()
+    assert sorted((r["gateway"], r["last_seq"], r["missing"]) for r in summary) == [
+        ("gw-v311", n, 0),
+        ("gw-v5", n, 0),
+    ]
+
+
+def test_module_entry_rejects_a_bad_broker_address(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "cloud_spark", "land", "--broker", "nohost", "--topic", "#",
+         "--root", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
+        env={**os.environ},
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "expected HOST:PORT" in done.stderr
