@@ -1,0 +1,354 @@
+#!/usr/bin/env bash
+# Build outpost-<version>-<arch>.img: a flashable disk image (MBR) for a Raspberry Pi (arm64)
+# or an x86 machine / QEMU (amd64). Run as root (mmdebstrap, chroot, file ownership):
+#
+#   make image                 # arm64 (Raspberry Pi 3 / 4 / 400 / CM4 / Zero 2 W)
+#   make image ARCH=amd64      # the x86 twin the tests boot
+#
+# Layers, each cached under image/.cache/<arch>/ and keyed by what goes into it:
+#   1. root-<key>.tar   mmdebstrap bookworm root (key: package lists, module list, hooks,
+#                       bootstrap-overlay/). Minutes (arm64 under qemu-user: longer).
+#   2. venv-<key>.tar   /opt/outpost/venv with the dependencies (key: layer 1 + pyproject
+#                       dependencies + requirements.txt). Wheels from PyPI for the target.
+#   3. every build      outpost's own wheel, the units, the overlay, the file systems. Seconds.
+# The file systems are made from directory trees (mke2fs -d, mkfs.vfat + mcopy) and put
+# into the disk image with dd: no loop device, no mount. See image/README.md.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "${here}")"
+ARCH="${ARCH:-arm64}"
+SUITE="${SUITE:-bookworm}"
+CACHE="${IMAGE_CACHE:-${here}/.cache}"
+OUT_DIR="${IMAGE_OUT:-${repo}}"
+BOOT_MIB="${BOOT_MIB:-256}"      # FAT: kernels and initrds of both slots, firmware
+ROOT_MIB="${ROOT_MIB:-1280}"     # each root slot (A and B)
+DATA_MIB="${DATA_MIB:-384}"      # /var as built; grown to the end of the card on first boot
+ALIGN_MIB=4                      # SD erase blocks
+VENV=/opt/outpost/venv
+
+log() { printf '[image %s %(%T)T] %s\n' "${ARCH}" -1 "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+case "${ARCH}" in
+  amd64) machine=x86_64 ;;
+  arm64) machine=aarch64 ;;
+  *) die "ARCH must be arm64 or amd64, not ${ARCH}" ;;
+esac
+[ "$(id -u)" = 0 ] || die "run as root (mmdebstrap, chroot and file ownership need it)"
+for tool in mmdebstrap mke2fs mkfs.vfat mcopy sfdisk python3; do
+  command -v "${tool}" >/dev/null || die "${tool} is missing: run 'make image-packages'"
+done
+[ "${ARCH}" != amd64 ] || command -v syslinux >/dev/null \
+  || die "syslinux is missing: run 'make image-packages'"
+
+VERSION="$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "${repo}/pyproject.toml")"
+IMAGE="${OUT_DIR}/outpost-${VERSION}-${ARCH}.img"
+cache="${CACHE}/${ARCH}"
+work="${cache}/work"
+mkdir -p "${cache}"
+
+# -- foreign architecture: qemu-user through binfmt_misc ----------------------------------
+ensure_binfmt() {
+  [ "$(uname -m)" = "${machine}" ] && return 0
+  if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+  fi
+  if [ ! -e "/proc/sys/fs/binfmt_misc/qemu-${machine}" ]; then
+    update-binfmts --enable "qemu-${machine}" >/dev/null 2>&1 || true
+  fi
+  [ -e "/proc/sys/fs/binfmt_misc/qemu-${machine}" ] \
+    || die "no binfmt_misc entry for qemu-${machine}: install qemu-user-static binfmt-support"
+}
+
+# Run a command inside the staged root: private mount namespace, /dev /proc /sys bound in,
+# all gone when the command ends.
+in_root() {
+  local root="$1"; shift
+  # shellcheck disable=SC2016  # expanded by the inner sh
+  unshare --mount --fork -- sh -c '
+    root="$1"; shift
+    mount --rbind /dev "$root/dev" && mount -t proc proc "$root/proc" \
+      && mount -t sysfs sysfs "$root/sys" && mount -t tmpfs tmpfs "$root/tmp" \
+      && exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+           HOME=/root LC_ALL=C.UTF-8 "$@"' sh "${root}" "$@"
+}
+
+hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+# -- layer 1: the bootstrapped root --------------------------------------------------------
+packages() { grep -hv '^\s*#' "${here}/packages.common" "${here}/packages.${ARCH}" | xargs; }
+bootstrap_key="$(
+  { echo "${ARCH} ${SUITE}"; packages
+    find "${here}/bootstrap-overlay" "${here}/hooks" -type f -print0 | sort -z \
+      | xargs -0 sha256sum | sed "s#${here}/##"
+    cat "${here}/modules.${ARCH}"; } | sha256sum | cut -c1-16)"
+root_tar="${cache}/root-${bootstrap_key}.tar"
+
+bootstrap() {
+  ensure_binfmt
+  local mirrors=() line
+  while IFS= read -r line; do mirrors+=("${line}"); done \
+    < <(python3 "${here}/mirror.py" "${SUITE}" "main non-free-firmware")
+  log "bootstrapping ${SUITE} (${ARCH}) from ${mirrors[0]#deb }: $(packages)"
+  local started=${SECONDS}
+  OUTPOST_IMAGE_DIR="${here}" OUTPOST_ARCH="${ARCH}" mmdebstrap \
+    --mode=root --format=tar --variant=minbase --architectures="${ARCH}" \
+    --aptopt='APT::Install-Recommends "false"' \
+    --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/info/*' \
+    --dpkgopt='path-exclude=/usr/share/doc/*' \
+    --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --include="$(packages | tr ' ' ',')" \
+    --setup-hook="${here}/hooks/setup.sh \"\$1\"" \
+    --customize-hook="${here}/hooks/customize.sh \"\$1\"" \
+    "${SUITE}" "${root_tar}.part" "${mirrors[@]}"
+  mv "${root_tar}.part" "${root_tar}"
+  find "${cache}" -maxdepth 1 -name 'root-*.tar' ! -name "$(basename "${root_tar}")" -delete
+  log "bootstrap done in $((SECONDS - started)) s"
+}
+
+# -- layer 2: the venv with the dependencies -------------------------------------------------
+requirements() {  # the device's requirements: [project] dependencies + requirements.txt
+  python3 - "${repo}/pyproject.toml" <<'PY'
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    print("\n".join(tomllib.load(f)["project"]["dependencies"]))
+PY
+  grep -v '^\s*#' "${here}/requirements.txt" | sed '/^\s*$/d'
+}
+venv_key="$( { echo "${bootstrap_key}"; requirements; } | sha256sum | cut -c1-16)"
+venv_tar="${cache}/venv-${venv_key}.tar"
+
+# Wheels that run on bookworm (glibc 2.36): every manylinux tag up to 2.36, and pure ones.
+pip_target=(--only-binary=:all: --python-version 3.11 --implementation cp
+            --abi cp311 --abi abi3 --abi none --platform "manylinux2014_${machine}")
+for glibc in $(seq 17 36); do pip_target+=(--platform "manylinux_2_${glibc}_${machine}"); done
+
+extract_root() {
+  rm -rf "${work}"
+  mkdir -p "${work}/root"
+  tar -xf "${root_tar}" -C "${work}/root"
+}
+
+build_venv() {
+  log "venv: downloading wheels for ${machine}"
+  extract_root
+  local wheels="${work}/root/opt/outpost/wheels"
+  mkdir -p "${wheels}"
+  requirements > "${wheels}/requirements.txt"
+  python3 -m pip download -q --disable-pip-version-check "${pip_target[@]}" \
+    -d "${wheels}" -r "${wheels}/requirements.txt"
+  log "venv: installing $(find "${wheels}" -name '*.whl' | wc -l) wheels into ${VENV}"
+  in_root "${work}/root" python3 -m venv --system-site-packages "${VENV}"
+  in_root "${work}/root" "${VENV}/bin/pip" install -q --disable-pip-version-check \
+    --no-index --find-links /opt/outpost/wheels -r /opt/outpost/wheels/requirements.txt
+  rm -rf "${wheels}"
+  tar -cf "${venv_tar}.part" -C "${work}/root" opt/outpost
+  mv "${venv_tar}.part" "${venv_tar}"
+  find "${cache}" -maxdepth 1 -name 'venv-*.tar' ! -name "$(basename "${venv_tar}")" -delete
+}
+
+# -- layer 3: stage the trees of the three file systems --------------------------------------
+outpost_wheel() {  # build outpost's wheel from a copy of the sources (nothing left in the repo)
+  local src="${work}/src"
+  rm -rf "${src}" && mkdir -p "${src}"
+  (cd "${repo}" && tar -cf - --exclude=__pycache__ --exclude='*.pyc' pyproject.toml README.md \
+     gateway bridge storage cloud_spark) | tar -xf - -C "${src}"
+  python3 -m pip wheel -q --disable-pip-version-check --no-deps -w "${work}/dist" "${src}" \
+    >/dev/null
+  find "${work}/dist" -name 'outpost-*.whl' | head -n1
+}
+
+install_systemd_files() {  # systemd/ from the repository, as the image's vendor files
+  local root="$1" sd="${repo}/systemd"
+  install -m 0644 "${sd}/outpost.service" "${root}/usr/lib/systemd/system/outpost.service"
+  local dir dest
+  for dir in sysusers.d tmpfiles.d journald.conf.d; do
+    [ -d "${sd}/${dir}" ] || continue
+    case "${dir}" in
+      journald.conf.d) dest="${root}/usr/lib/systemd/journald.conf.d" ;;
+      *) dest="${root}/usr/lib/${dir}" ;;
+    esac
+    mkdir -p "${dest}"
+    find "${sd}/${dir}" -maxdepth 1 -name '*.conf' -exec install -m 0644 -t "${dest}" {} +
+  done
+}
+
+stage() {
+  local root="${work}/root" data="${work}/data" boot="${work}/boot"
+  local disk_id="$1"
+  log "staging the root (layer 1 ${bootstrap_key}, layer 2 ${venv_key})"
+  extract_root
+  tar -xf "${venv_tar}" -C "${root}"
+  local wheel; wheel="$(outpost_wheel)"
+  cp "${wheel}" "${root}/opt/outpost/"
+  in_root "${root}" "${VENV}/bin/pip" install -q --disable-pip-version-check --no-deps \
+    --no-index --force-reinstall "/opt/outpost/$(basename "${wheel}")"
+  rm -f "${root}/opt/outpost/$(basename "${wheel}")"
+  ln -sf "${VENV}/bin/outpost" "${root}/usr/local/bin/outpost"
+
+  install_systemd_files "${root}"
+  cp -a "${here}/overlay/." "${root}/"
+  chmod 0755 "${root}/usr/libexec/outpost/"*
+  systemd-sysusers --root="${root}" >/dev/null 2>&1
+  local gid; gid="$(awk -F: '$1 == "outpost" {print $3}' "${root}/etc/group")"
+  [ -n "${gid}" ] || die "systemd-sysusers made no outpost group (systemd/sysusers.d)"
+  systemd-tmpfiles --root="${root}" --create /usr/lib/tmpfiles.d/outpost.conf 2>/dev/null || true
+
+  # The writable bits of /etc live on the data partition, under /var/lib/outpost-etc.
+  local etc=/var/lib/outpost-etc
+  mkdir -p "${root}${etc}/network" "${root}${etc}/ssh" "${root}${etc}/outpost"
+  echo outpost > "${root}${etc}/hostname"
+  ln -sfn "${etc}/machine-id" "${root}/etc/machine-id"
+  ln -sfn "${etc}/hostname" "${root}/etc/hostname"
+  rm -rf "${root}/etc/systemd/network" && ln -sfn "${etc}/network" "${root}/etc/systemd/network"
+  install -d -m 0750 -o 0 -g "${gid}" "${root}/etc/outpost"
+  ln -sfn "${etc}/outpost/outpost.toml" "${root}/etc/outpost/outpost.toml"
+  chgrp "${gid}" "${root}${etc}/outpost" && chmod 0750 "${root}${etc}/outpost"
+  install -m 0640 -g "${gid}" "${root}/usr/share/outpost/outpost.toml" \
+    "${root}${etc}/outpost/outpost.toml"
+  if [ "${ARCH}" = arm64 ]; then
+    ln -sfn "${etc}/wpa_supplicant-wlan0.conf" \
+      "${root}/etc/wpa_supplicant/wpa_supplicant-wlan0.conf"
+  fi
+  printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' \
+    > "${root}/etc/hosts"
+  ln -sfn /run/systemd/resolve/stub-resolv.conf "${root}/etc/resolv.conf"
+
+  cat > "${root}/etc/fstab" <<EOF
+# outpost image ${VERSION} (${ARCH}); disk ${disk_id}: 1 boot, 2 root A, 3 root B, 4 data
+# /var (PARTUUID=${disk_id}-04, ext4) is mounted by the initramfs (local-bottom/outpost-var), not
+# here: a mount from fstab is bound to its device, and the first boot's online growth of the
+# partition makes udev re-announce it, which would unmount /var under the running system.
+PARTUUID=${disk_id}-02  /               ext4   ro,noatime,errors=remount-ro        0 1
+PARTUUID=${disk_id}-01  /boot/firmware  vfat   ro,noatime,umask=0077,nofail  0 2
+tmpfs                   /tmp            tmpfs  nosuid,nodev,mode=1777,size=25%      0 0
+EOF
+
+  local units=(outpost.service outpost-firstboot.service outpost-boot-report.service
+               systemd-networkd.service systemd-resolved.service systemd-timesyncd.service
+               ssh.service)
+  [ "${ARCH}" = arm64 ] && units+=(wpa_supplicant@wlan0.service)
+  systemctl --root="${root}" enable "${units[@]}" >/dev/null 2>&1
+  systemctl --root="${root}" disable ssh.socket >/dev/null 2>&1 || true
+  # No interactive first-boot questions on a headless box; nothing here runs apt.
+  systemctl --root="${root}" mask systemd-firstboot.service apt-daily.timer \
+    apt-daily-upgrade.timer dpkg-db-backup.timer >/dev/null 2>&1
+
+  # Kernel and initrd (Debian's) for the boot partition.
+  local kver; kver="$(basename "$(find "${root}/lib/modules" -mindepth 1 -maxdepth 1 | sort -V | tail -n1)")"
+  rm -rf "${boot}" && mkdir -p "${boot}"
+  local cmdline="root=PARTUUID=${disk_id}-02 ro rootwait fsck.repair=yes"
+  if [ "${ARCH}" = amd64 ]; then
+    cp "${root}/boot/vmlinuz-${kver}" "${boot}/vmlinuz"
+    cp "${root}/boot/initrd.img-${kver}" "${boot}/initrd.img"
+    cat > "${boot}/syslinux.cfg" <<EOF
+# outpost image ${VERSION} (amd64): syslinux on the FAT partition, Debian's kernel ${kver}.
+SERIAL 0 115200
+DEFAULT outpost
+PROMPT 0
+TIMEOUT 0
+LABEL outpost
+  LINUX /vmlinuz
+  INITRD /initrd.img
+  APPEND ${cmdline} console=tty0 console=ttyS0,115200 console=hvc0
+EOF
+  else
+    # The Pi's boot files, the way raspi-firmware's kernel hook lays them out: its firmware
+    # (bootcode.bin, start*.elf, fixup*.dat), the kernel's upstream device trees, kernel and
+    # initrd. config.txt and cmdline.txt are ours.
+    cp -a "${root}/usr/lib/raspi-firmware/." "${boot}/"
+    find "${root}/usr/lib/linux-image-${kver}/broadcom" -name 'bcm27*.dtb' \
+      -exec cp -t "${boot}" {} +
+    cp "${root}/boot/vmlinuz-${kver}" "${boot}/vmlinuz"
+    cp "${root}/boot/initrd.img-${kver}" "${boot}/initrd.img"
+    cat > "${boot}/config.txt" <<EOF
+# outpost image ${VERSION} (arm64): Debian's kernel ${kver} with upstream device trees.
+# Put your own settings into usercfg.txt (read last).
+arm_64bit=1
+enable_uart=1
+upstream_kernel=1
+kernel=vmlinuz
+initramfs initrd.img followkernel
+disable_overscan=1
+[all]
+include usercfg.txt
+EOF
+    : > "${boot}/usercfg.txt"
+    echo "${cmdline} console=tty0 console=ttyS1,115200 cma=64M net.ifnames=0" \
+      > "${boot}/cmdline.txt"
+  fi
+  cp "${here}/boot-README.txt" "${boot}/README.txt"
+  rm -rf "${root}/boot/firmware" && mkdir -p "${root}/boot/firmware"
+
+  # /var becomes the data partition; the root keeps an empty mount point.
+  rm -rf "${data}" && mv "${root}/var" "${data}" && mkdir -p "${root}/var"
+  rm -rf "${root}"/tmp/* "${root}/root/.cache" "${data}"/cache/apt/* "${data}"/log/journal/*
+}
+
+# -- the disk image ----------------------------------------------------------------------------
+layout() {
+  local disk_id="$1" parts="${work}/parts"
+  rm -rf "${parts}" && mkdir -p "${parts}"
+  local used_kib; used_kib="$(du -sk "${work}/root" | cut -f1)"
+  ((used_kib * 5 / 4 < ROOT_MIB * 1024)) \
+    || die "the root needs $((used_kib / 1024)) MiB (+25%): raise ROOT_MIB=${ROOT_MIB}"
+  log "file systems: root $((used_kib / 1024)) MiB used of ${ROOT_MIB}, data $(du -sm "${work}/data" | cut -f1) MiB"
+  local epoch; epoch="$(git -C "${repo}" log -1 --format=%ct 2>/dev/null || date +%s)"
+  export E2FSPROGS_FAKE_TIME="${epoch}"
+  mke2fs -q -F -t ext4 -L outpost-root-a -m 0 -d "${work}/root" \
+    "${parts}/root.ext4" "${ROOT_MIB}M"
+  mke2fs -q -F -t ext4 -L outpost-data -m 2 -d "${work}/data" \
+    -E lazy_itable_init=1,lazy_journal_init=1 "${parts}/data.ext4" "${DATA_MIB}M"
+  unset E2FSPROGS_FAKE_TIME
+  mkfs.vfat -C -F 32 -n OUTPOST -i "${disk_id}" "${parts}/boot.vfat" $((BOOT_MIB * 1024)) >/dev/null
+  mcopy -s -p -Q -i "${parts}/boot.vfat" "${work}/boot"/* ::/
+  if [ "${ARCH}" = amd64 ]; then
+    syslinux --install "${parts}/boot.vfat"
+  fi
+
+  local boot_start=${ALIGN_MIB} root_a=$((ALIGN_MIB + BOOT_MIB))
+  local root_b=$((root_a + ROOT_MIB)) data_start=$((root_a + 2 * ROOT_MIB))
+  local total=$((data_start + DATA_MIB))
+  rm -f "${IMAGE}.part"
+  truncate -s "${total}M" "${IMAGE}.part"
+  sfdisk -q --no-reread --no-tell-kernel "${IMAGE}.part" <<EOF
+label: dos
+label-id: 0x${disk_id}
+unit: sectors
+start=$((boot_start * 2048)), size=$((BOOT_MIB * 2048)), type=c, bootable
+start=$((root_a * 2048)), size=$((ROOT_MIB * 2048)), type=83
+start=$((root_b * 2048)), size=$((ROOT_MIB * 2048)), type=83
+start=$((data_start * 2048)), size=$((DATA_MIB * 2048)), type=83
+EOF
+  if [ "${ARCH}" = amd64 ]; then
+    dd if=/usr/lib/syslinux/mbr/mbr.bin of="${IMAGE}.part" bs=440 count=1 conv=notrunc status=none
+  fi
+  dd if="${parts}/boot.vfat" of="${IMAGE}.part" bs=1M seek="${boot_start}" conv=notrunc,sparse status=none
+  dd if="${parts}/root.ext4" of="${IMAGE}.part" bs=1M seek="${root_a}" conv=notrunc,sparse status=none
+  dd if="${parts}/data.ext4" of="${IMAGE}.part" bs=1M seek="${data_start}" conv=notrunc,sparse status=none
+  mv "${IMAGE}.part" "${IMAGE}"
+  rm -rf "${parts}"
+}
+
+main() {
+  local started=${SECONDS}
+  [ -f "${root_tar}" ] || bootstrap
+  [ -f "${venv_tar}" ] || { ensure_binfmt; build_venv; }
+  ensure_binfmt
+  local disk_id; disk_id="$(od -An -N4 -tx4 /dev/urandom | tr -d ' \n')"
+  stage "${disk_id}"
+  layout "${disk_id}"
+  log "wrote ${IMAGE} ($(du -h --apparent-size "${IMAGE}" | cut -f1), disk ${disk_id}) in $((SECONDS - started)) s"
+  echo "${IMAGE}"
+}
+
+if [ "${1:-}" = --print-image ]; then echo "${IMAGE}"; exit 0; fi
+if [ "${1:-}" = --stage-only ]; then
+  [ -f "${root_tar}" ] || bootstrap
+  [ -f "${venv_tar}" ] || { ensure_binfmt; build_venv; }
+  stage "$(od -An -N4 -tx4 /dev/urandom | tr -d ' \n')"; exit 0
+fi
+main

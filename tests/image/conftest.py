@@ -1,0 +1,55 @@
+"""The amd64 image, built once per test session (`make image-test`).
+
+`bash image/build.sh` with ARCH=amd64 writes outpost-<version>-amd64.img and leaves the staged
+trees of its file systems in image/.cache/amd64/work/ (root, data, boot). Tests copy what they
+boot, so the build's own output is never changed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / "image" / "build.sh"
+TOOLS = ("mmdebstrap", "systemd-nspawn", "qemu-system-x86_64", "mcopy", "syslinux", "nsenter")
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    """The amd64 image and the staged trees its file systems were made from."""
+
+    image: Path
+    root: Path
+    data: Path
+    boot: Path
+    build_seconds: float
+
+
+@pytest.fixture(scope="session")
+def amd64_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
+    if os.geteuid() != 0:
+        pytest.skip("the image tests need root (mmdebstrap, chroot, systemd-nspawn)")
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"missing {', '.join(missing)}: run 'make image-packages'")
+    log = tmp_path_factory.mktemp("build") / "build.log"
+    started = time.monotonic()
+    env = {**os.environ, "ARCH": "amd64"}
+    with log.open("w") as out:
+        result = subprocess.run(["bash", str(BUILD)], env=env, stdout=subprocess.PIPE,
+                                stderr=out, text=True, cwd=REPO, check=False)
+    elapsed = time.monotonic() - started
+    if result.returncode != 0:
+        pytest.fail(f"image build failed ({result.returncode}):\n{log.read_text()[-5000:]}")
+    image = Path(result.stdout.strip().splitlines()[-1])
+    cache = Path(os.environ.get("IMAGE_CACHE", REPO / "image" / ".cache"))
+    work = cache / "amd64" / "work"
+    print(f"\namd64 image built in {elapsed:.0f} s: {image}")
+    return BuiltImage(image, work / "root", work / "data", work / "boot", elapsed)

@@ -1,0 +1,264 @@
+"""Boot the image for the tests: its root tree in systemd-nspawn, its disk image in QEMU.
+
+Only loopback addresses are used: the container has a private network (the tests reach it
+with `nsenter -n`), and QEMU's user network is `restrict=on` with one host forward on
+127.0.0.1 to the guest's port 1883.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CONTAINER_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+BOOT_PARTITION_OFFSET = 4 << 20  # image/build.sh: ALIGN_MIB
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid:
+            found.append(int(entry))
+    return found
+
+
+@dataclass
+class Container:
+    """The image's root booted with `systemd-nspawn -b`: read-only root, the data tree on /var.
+
+    nspawn runs in a private mount namespace with its own tmpfs on /run (it keeps its state
+    there), so nothing of the host's /run is touched.
+    """
+
+    root: Path
+    data: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    leader: int = 0
+
+    def start(self, timeout: float = 60.0) -> None:
+        script = 'mount -t tmpfs -o mode=0755 tmpfs /run && exec "$@"'
+        command = [
+            "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh",
+            "systemd-nspawn", "--quiet", "--boot", "--register=no", "--keep-unit",
+            "--directory", str(self.root),
+            "--read-only", f"--bind={self.data}:/var", "--private-network",
+            "--console=read-only", "--machine=outpost-image-test",
+        ]
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"systemd-nspawn exited ({self.process.returncode}):\n"
+                                   + self.log_path.read_text(errors="replace")[-3000:])
+            leader = self._find_leader()
+            if leader:
+                self.leader = leader
+                return
+            time.sleep(0.2)
+        raise TimeoutError("no systemd inside the container")
+
+    def _find_leader(self) -> int:
+        assert self.process is not None
+        todo = [self.process.pid]
+        while todo:
+            pid = todo.pop()
+            for child in _children(pid):
+                try:
+                    comm = Path(f"/proc/{child}/comm").read_text().strip()
+                except OSError:
+                    continue
+                if comm == "systemd":
+                    return child
+                todo.append(child)
+        return 0
+
+    def run(self, *args: str, check: bool = True, timeout: float = 60.0,
+            namespaces: str = "all") -> subprocess.CompletedProcess[str]:
+        """A command inside the container (all its namespaces, or only `net`)."""
+        if namespaces == "all":
+            prefix = ["nsenter", f"--target={self.leader}", "--all", "--",
+                      "env", "-i", f"PATH={CONTAINER_PATH}"]
+        else:
+            prefix = ["nsenter", f"--target={self.leader}", "--net", "--"]
+        return subprocess.run([*prefix, *args], check=check, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def show(self, unit: str, *properties: str) -> dict[str, str]:
+        """`systemctl show` properties of a unit."""
+        out = self.run("systemctl", "show", unit, "-p", ",".join(properties)).stdout
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def wait_active(self, unit: str, timeout: float = 120.0) -> dict[str, str]:
+        """Wait until `unit` is active (for Type=notify: READY=1 came); fail on failed."""
+        deadline = time.monotonic() + timeout
+        props: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            result = self.run("systemctl", "show", unit, "-p",
+                              "ActiveState,SubState,MainPID,NRestarts,StatusText,Type",
+                              check=False)
+            props = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+            if props.get("ActiveState") == "active":
+                return props
+            time.sleep(0.5)
+        journal = self.run("journalctl", "--no-pager", "-n", "80", check=False).stdout
+        raise TimeoutError(f"{unit} is not active: {props}\n{journal}")
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """Power the container off cleanly (SIGKILL past `timeout`)."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.run("systemctl", "poweroff", check=False)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.send_signal(signal.SIGKILL)
+                self.process.wait(10)
+        return int(self.process.returncode)
+
+
+_REPORT = re.compile(r"OUTPOST-REPORT (.*)")
+
+
+@dataclass
+class Qemu:
+    """The amd64 disk image in qemu-system-x86_64 (TCG), results read from its virtio console.
+
+    The guest writes `OUTPOST-REPORT key=value ...` lines to /dev/hvc0 (the image's
+    outpost-boot-report.service); the serial port is only a debugging log.
+    """
+
+    image: Path
+    workdir: Path
+    memory_mib: int = 1024
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    # arm64: qemu-system-aarch64 -M virt with the kernel and initrd of the image's boot
+    # partition (a Pi's firmware is not emulated) and this command line.
+    arm64_cmdline: str | None = None
+
+    @property
+    def console_log(self) -> Path:
+        return self.workdir / "hvc0.log"
+
+    @property
+    def serial_log(self) -> Path:
+        return self.workdir / "serial.log"
+
+    @property
+    def monitor(self) -> Path:
+        return self.workdir / "monitor.sock"
+
+    def start(self) -> None:
+        if self.arm64_cmdline is None:
+            machine = ["qemu-system-x86_64", "-machine", "pc"]
+        else:
+            for name in ("vmlinuz", "initrd.img"):
+                fat_get(self.image, name, self.workdir / name)
+            machine = ["qemu-system-aarch64", "-machine", "virt", "-cpu", "cortex-a72",
+                       "-kernel", str(self.workdir / "vmlinuz"),
+                       "-initrd", str(self.workdir / "initrd.img"),
+                       "-append", self.arm64_cmdline]
+        command = [
+            *machine, "-accel", "tcg,thread=multi", "-smp", "2",
+            "-m", str(self.memory_mib), "-display", "none", "-nodefaults", "-no-user-config",
+            "-drive", f"file={self.image},format=raw,if=virtio,cache=unsafe",
+            "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:1883",
+            "-device", "virtio-net-pci,netdev=net0",
+            "-device", "virtio-serial-pci",
+            "-chardev", f"file,id=hvc0,path={self.console_log}",
+            "-device", "virtconsole,chardev=hvc0",
+            "-serial", f"file:{self.serial_log}",
+            "-monitor", f"unix:{self.monitor},server=on,wait=off",
+        ]
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def reports(self) -> list[dict[str, str]]:
+        """Every boot report so far, oldest first."""
+        if not self.console_log.exists():
+            return []
+        text = self.console_log.read_text(errors="replace")
+        return [dict(item.split("=", 1) for item in m.group(1).split() if "=" in item)
+                for m in _REPORT.finditer(text)]
+
+    def wait_report(self, count: int, timeout: float) -> dict[str, str]:
+        """Wait for the `count`-th boot report and return it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"qemu exited: {self.process.stderr.read().decode()[-2000:]}"
+                                   if self.process.stderr else "qemu exited")
+            found = self.reports()
+            if len(found) >= count:
+                return found[count - 1]
+            time.sleep(1.0)
+        tail = self.serial_log.read_text(errors="replace")[-4000:] if self.serial_log.exists() \
+            else ""
+        raise TimeoutError(f"no boot report #{count} in {timeout:.0f} s; serial log:\n{tail}")
+
+    def command(self, line: str) -> None:
+        """One human-monitor command (system_reset, system_powerdown, quit)."""
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(self.monitor))
+            sock.sendall(line.encode() + b"\n")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            self.command("quit")
+            self.process.wait(20)
+        except (OSError, subprocess.TimeoutExpired):
+            self.process.kill()
+            self.process.wait(10)
+
+
+def fat_put(image: Path, source: Path, name: str) -> None:
+    """Copy a file onto the image's boot partition (mtools, no mount)."""
+    subprocess.run(["mcopy", "-o", "-i", f"{image}@@{BOOT_PARTITION_OFFSET}", str(source),
+                    f"::/{name}"], check=True)
+
+
+def fat_get(image: Path, name: str, target: Path) -> None:
+    """Copy a file off the image's boot partition."""
+    subprocess.run(["mcopy", "-o", "-i", f"{image}@@{BOOT_PARTITION_OFFSET}", f"::/{name}",
+                    str(target)], check=True)
+
+
+def fat_list(image: Path) -> list[str]:
+    """The file names in the boot partition's top directory."""
+    out = subprocess.run(["mdir", "-b", "-i", f"{image}@@{BOOT_PARTITION_OFFSET}", "::/"],
+                         check=True, capture_output=True, text=True).stdout
+    return [line.rstrip("/").rsplit("/", 1)[-1] for line in out.split()]
+
+
+def fat_read(image: Path, name: str) -> str:
+    """A file of the boot partition as text."""
+    return subprocess.run(["mtype", "-i", f"{image}@@{BOOT_PARTITION_OFFSET}", f"::/{name}"],
+                          check=True, capture_output=True, text=True).stdout
