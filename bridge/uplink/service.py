@@ -20,6 +20,7 @@ from bridge.uplink.config import UplinkConfig
 from bridge.uplink.hook import INBOUND_CLIENT_ID, UplinkHook
 from bridge.uplink.outbox import Outbox
 from gateway.broker import Broker
+from gateway.config import Config
 from gateway.links import Link
 
 log = logging.getLogger("outpost.uplink")
@@ -89,6 +90,20 @@ class UplinkService:
                 for link in self.links
             ],
         }
+
+    def reload(self, config: Config) -> None:
+        """SIGHUP: forward and inbound rules change live; remotes at the next restart."""
+        new = config.uplink
+        if new.remotes != self.config.remotes or new.enabled != self.config.enabled:
+            log.warning("uplink: [uplink] remotes or enabled changed: takes effect at restart")
+            new = new.model_copy(update={"remotes": self.config.remotes,
+                                         "enabled": self.config.enabled})
+        self.hook.apply(new)
+        self.config = new
+        for link in self.links:
+            link.config = new  # inbound subscriptions follow at the next reconnect
+        log.info("uplink: %d forward rule(s), %d inbound rule(s) after reload",
+                 len(new.forward), len(new.inbound))
 
     async def _report(self) -> None:
         while True:

@@ -88,3 +88,26 @@ def test_properties_need_a_v5_remote() -> None:
     assert dict(out.user_properties)["seq"] == "1" and out.content_type == "text/plain"
     with pytest.raises(ValueError, match="MQTT 5"):
         outgoing(rec, "remote/t", "gw", "ep", 4, "properties", 1)
+
+
+def test_reload_changes_forward_rules_live() -> None:
+    from bridge.uplink.hook import UplinkHook
+    from bridge.uplink.service import UplinkService
+    from gateway.config import parse_config
+    from gateway.message import Message
+
+    def config(filter_: str) -> object:
+        return parse_config({"uplink": {
+            "enabled": True, "remotes": [{"addresses": ["127.0.0.1:1"]}],
+            "forward": [{"filter": filter_}],
+        }})
+
+    first = config("a/#")
+    outbox = MemoryOutbox()
+    hook = UplinkHook(first.uplink, outbox)  # type: ignore[attr-defined]
+    service = UplinkService(first.uplink, outbox, hook, "gw")  # type: ignore[attr-defined]
+    hook.published(None, Message("b/1", b"x", 1, False))
+    service.reload(config("b/#"))  # type: ignore[arg-type]
+    hook.published(None, Message("b/2", b"y", 1, False))
+    hook.published(None, Message("a/3", b"z", 1, False))
+    assert [r.topic for r in outbox.read("forward.0", 10, False, set())] == ["b/2"]
