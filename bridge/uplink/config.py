@@ -15,10 +15,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from gateway.codec.errors import MQTTProtocolError
 from gateway.topics import validate_topic_filter
+
+
+def _valid_filter(value: str) -> str:
+    try:
+        validate_topic_filter(value)
+    except MQTTProtocolError as exc:
+        raise ValueError(exc.reason) from None
+    return value
+
+
+TopicFilter = Annotated[str, AfterValidator(_valid_filter)]
 
 
 class _Section(BaseModel):
@@ -87,7 +105,7 @@ class ForwardRule(_Section):
     """Local messages matching `filter` go to `remote`, mapped by `topic`."""
 
     name: str = ""
-    filter: str
+    filter: TopicFilter
     remote: str = "cloud"
     topic: TopicMap = TopicMap()
     qos: Literal[0, 1] = 1
@@ -103,32 +121,14 @@ class ForwardRule(_Section):
     max_bytes: Annotated[int, Field(ge=1024)] = 512 << 20
     overflow: Literal["drop-oldest", "drop-newest"] = "drop-oldest"
 
-    @field_validator("filter")
-    @classmethod
-    def _check_filter(cls, value: str) -> str:
-        try:
-            validate_topic_filter(value)
-        except MQTTProtocolError as exc:
-            raise ValueError(exc.reason) from None
-        return value
-
 
 class InboundRule(_Section):
     """Remote messages matching `filter` are published locally, mapped by `topic`."""
 
-    filter: str
+    filter: TopicFilter
     remote: str = "cloud"
     topic: TopicMap = TopicMap()
     qos: Literal[0, 1, 2] = 1
-
-    @field_validator("filter")
-    @classmethod
-    def _check_filter(cls, value: str) -> str:
-        try:
-            validate_topic_filter(value)
-        except MQTTProtocolError as exc:
-            raise ValueError(exc.reason) from None
-        return value
 
 
 class UplinkConfig(_Section):
