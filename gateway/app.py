@@ -101,6 +101,9 @@ async def serve(
     security = load_security(config)
     hooks = HookChain([security, hooks])
     broker = Broker(config, hooks, now=loop.time())
+    store_stats = getattr(store, "stats", None)
+    if callable(store_stats):  # commit latency, batch sizes, bytes written
+        broker.sys.sources["store"] = store_stats
     attach_security(broker, security)
     broker.restore(hooks.restore(), loop.time())
     server = Server(broker, security)

@@ -8,6 +8,7 @@ names follow mosquitto's, so existing dashboards work unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from gateway.message import Message
@@ -41,6 +42,9 @@ class SysPublisher:
         self.last: dict[str, int] = {}
         self.bytes_received = 0
         self.bytes_sent = 0
+        # Further figures, e.g. the store's commit statistics: name -> values under
+        # $SYS/outpost/<name>/<key>.
+        self.sources: dict[str, Callable[[], Mapping[str, object]]] = {}
 
     def due(self, broker: Broker, now: float) -> list[Message]:
         """The messages to publish now (empty until the interval has passed)."""
@@ -82,4 +86,9 @@ class SysPublisher:
             Message(f"$SYS/outpost/{name}", str(getattr(counters, attribute)).encode(), 0, True)
             for name, attribute in SECURITY_COUNTERS
         )
+        for source, read in self.sources.items():
+            messages.extend(
+                Message(f"$SYS/outpost/{source}/{key}", str(value).encode(), 0, True)
+                for key, value in read().items()
+            )
         return messages
