@@ -54,8 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     passwd.add_argument("--iterations", type=int, default=None,
                         help="PBKDF2 iterations (default 210000)")
 
-    demo = sub.add_parser("demo", help="run the demo on embedded defaults")
-    demo.add_argument("--listen", default="127.0.0.1:1883", type=_host_port)
+    demo = sub.add_parser("demo", help="the whole pipeline on this machine, then the report")
+    demo.add_argument("--duration", type=float, default=150.0,
+                      help="seconds of device data (default 150)")
+    demo.add_argument("--quick", action="store_true", help="a shortened run (--duration 30)")
+    demo.add_argument("--work-dir", type=Path, default=Path("demo-data"),
+                      help="where configs, state, logs, bronze and tables go (default ./demo-data)")
 
     status = sub.add_parser("status", help="summary of a running gateway (its status endpoint)")
     status.add_argument("--url", help="status endpoint, e.g. http://127.0.0.1:8080 (default: "
@@ -214,16 +218,10 @@ def cmd_passwd(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """`outpost demo`: the broker on embedded defaults, with instructions."""
-    from gateway.app import run
+    """`outpost demo`: a thin call into `gateway.demo.run_demo`."""
+    from gateway.demo import run_demo
 
-    host, port = parse_host_port(args.listen)
-    print("outpost demo: starting the broker with embedded defaults")
-    print(f"  subscribe:  mosquitto_sub -h {host} -p {port} -t '#' -v")
-    print(f"  publish:    mosquitto_pub -h {host} -p {port} -t demo/hello -m world")
-    print("  stop with Ctrl-C")
-    config = _with_listeners(Config(), [args.listen])
-    return run(config)
+    return run_demo(args.work_dir, 30.0 if args.quick else args.duration)
 
 
 def _print_config_errors(exc: ConfigError) -> None:

@@ -57,6 +57,7 @@ RANKS: dict[str, int] = {
     "gateway.app": COMPOSITION,
     "gateway.cli": COMPOSITION,
     "gateway.__main__": COMPOSITION,
+    "gateway.demo": COMPOSITION,  # `outpost demo`: child processes, simulated devices
 }
 PURE_BELOW = COORDINATOR  # ranks up to here never touch I/O or the clock
 FORBIDDEN_IN_PURE = {"asyncio", "socket", "time", "sqlite3", "selectors", "threading"}
