@@ -53,7 +53,7 @@ soak: $(STAMP) system-packages
 	$(PY) -m pytest -q -m soak
 
 bench: $(STAMP) system-packages
-	$(PY) bench/compare.py
+	$(PY) -m bench.compare
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
