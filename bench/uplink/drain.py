@@ -24,17 +24,11 @@ import time
 from pathlib import Path
 
 from bench import wire
+from bench.compare import HOST, free_port
 from bench.procstat import rss_kib
 
 REPO = Path(__file__).resolve().parents[2]
-HOST = "127.0.0.1"
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_port(port: int, timeout: float = 20.0) -> None:

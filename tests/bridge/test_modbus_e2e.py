@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from bench.bridge.simulator import Simulator
-from tests.bridge.support import SimulatorProcess, SocatPair, Watcher, free_port
+from tests.bridge.support import SimulatorProcess, SocatPair, Watcher
 from tests.bridge.test_convert import TELEGRAF, wire_registers, words
 from tests.support.broker_proc import BrokerProcess
+from tests.support.mosquitto import free_port
 
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
 

@@ -16,15 +16,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.mosquitto import free_port
+
 CONTAINER_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 BOOT_PARTITION_OFFSET = 4 << 20  # image/build.sh: ALIGN_MIB
 
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _children(pid: int) -> list[int]:

@@ -16,7 +16,8 @@ from gateway import daemon
 from gateway.app import serve
 from gateway.config import Config, ListenerConfig, StatusConfig, StorageConfig
 from tests.e2e.helpers import RawClient
-from tests.ops.support import NotifySocket, free_port, start_outpost, wait_until
+from tests.ops.support import NotifySocket, start_outpost, wait_until
+from tests.support.mosquitto import free_port
 
 BACKENDS = ["systemd-python", "builtin"]
 

@@ -16,17 +16,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from tests.conftest import require
+from tests.e2e.helpers import wait_for
 from tests.support.broker_proc import BrokerProcess
 from tests.support.mosquitto import Mosquitto, start_mosquitto
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 class Recorder:
