@@ -22,11 +22,11 @@ from tests.ops.support import (
     MovingDevice,
     Outpost,
     bridge_config,
-    free_port,
     start_outpost,
     status_json,
     wait_until,
 )
+from tests.support.mosquitto import free_port
 
 UPLINK = """
 [uplink]
