@@ -1,12 +1,14 @@
 """Small clients for the end-to-end tests, shared by the 3.1.1 and the 5.0 test files.
 
 - `wait_for(predicate, timeout)`: poll with a deadline instead of sleeping.
-- `RawClient`: a blocking raw-socket MQTT client built on `gateway.codec`. It sends exact bytes
-  (or encodes packets), reads whole frames (`recv_frame` gives the exact bytes, `recv` the
-  decoded packet) and knows the few handshakes tests need (`connect`, `subscribe`, `publish`).
-  Packets that arrive while a handshake waits for its ack are kept, in order, for `recv`.
+- `RawConnection`: a blocking raw-socket MQTT connection built on `gateway.codec`. It sends
+  exact bytes (or encodes packets), reads whole frames (`recv_frame` gives the exact bytes,
+  `recv` the decoded packet) and keeps frames read ahead (`stash`) for the next `recv`.
   `sync()` sends PINGREQ and returns every packet that arrived before the PINGRESP: since the
   broker handles packets in order, that proves what was (not) delivered without sleeping.
+- `RawClient`: a `RawConnection` (any version) with the few handshakes tests need (`connect`,
+  `subscribe`, `publish`) answered with exact bytes; packets that arrive while a handshake
+  waits for its ack are kept, in order, for `recv`. `v5_helpers.RawV5` is the MQTT 5.0 one.
 - `PahoClient`: paho-mqtt 2.x with a message list and blocking helpers.
 - `MosquittoSub` / `mosquitto_pub`: the mosquitto command-line clients.
 
@@ -21,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from gateway.codec import (
     MQTT_3_1,
@@ -57,6 +59,7 @@ __all__ = [
     "MosquittoSub",
     "PahoClient",
     "RawClient",
+    "RawConnection",
     "frame_length",
     "mosquitto_pub",
     "wait_for",
@@ -96,8 +99,9 @@ class ClosedError(AssertionError):
     """The broker closed the connection while the test expected a packet."""
 
 
-class RawClient:
-    """A blocking raw-socket MQTT client (3.1, 3.1.1 or 5.0) for byte-exact tests."""
+class RawConnection:
+    """A blocking raw-socket MQTT connection (3.1, 3.1.1 or 5.0): bytes and frames, no
+    handshakes (`RawClient` and `v5_helpers.RawV5` add those)."""
 
     def __init__(self, host: str, port: int, version: int = MQTT_3_1_1,
                  timeout: float = TIMEOUT, rcvbuf: int | None = None) -> None:
@@ -117,12 +121,7 @@ class RawClient:
         self.eof = False
         self._next_id = 0
 
-    @classmethod
-    def to(cls, broker: BrokerProcess, version: int = MQTT_3_1_1, **kwargs: Any) -> RawClient:
-        """A raw client connected (TCP only) to `broker`."""
-        return cls(broker.host, broker.port, version, **kwargs)
-
-    def __enter__(self) -> RawClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -215,6 +214,25 @@ class RawClient:
             return False
         return self.eof
 
+    def sync(self, timeout: float | None = None) -> list[Packet]:
+        """PINGREQ; every packet received before the PINGRESP (the broker is in order)."""
+        self.send(PingReq())
+        packets: list[Packet] = []
+        while True:
+            packet = self.recv(timeout)
+            if isinstance(packet, PingResp):
+                return packets
+            packets.append(packet)
+
+
+class RawClient(RawConnection):
+    """A blocking raw-socket MQTT client (3.1, 3.1.1 or 5.0) for byte-exact tests."""
+
+    @classmethod
+    def to(cls, broker: BrokerProcess, version: int = MQTT_3_1_1, **kwargs: Any) -> RawClient:
+        """A raw client connected (TCP only) to `broker`."""
+        return cls(broker.host, broker.port, version, **kwargs)
+
     # -- handshakes ----------------------------------------------------------------------
 
     def connect(self, client_id: str = "", clean: bool = True, keep_alive: int = 60,
@@ -261,16 +279,6 @@ class RawClient:
                 self.stash[:0] = stashed
                 return frame
             stashed.append(frame)
-
-    def sync(self, timeout: float | None = None) -> list[Packet]:
-        """PINGREQ; every packet received before the PINGRESP (the broker is in order)."""
-        self.send(PingReq())
-        packets: list[Packet] = []
-        while True:
-            packet = self.recv(timeout)
-            if isinstance(packet, PingResp):
-                return packets
-            packets.append(packet)
 
     def ack(self, packet: Packet) -> None:
         """Acknowledge a PUBLISH (QoS 1: PUBACK, QoS 2: PUBREC) or a PUBREL (PUBCOMP)."""

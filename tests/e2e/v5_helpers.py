@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import socket
 import subprocess
 import threading
 import time
@@ -31,7 +30,6 @@ from paho.mqtt.properties import Properties as PahoProperties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from gateway.codec import (
-    DEFAULT_MAX_PACKET_SIZE,
     MQTT_5,
     NEED_DATA,
     NO_PROPERTIES,
@@ -39,8 +37,6 @@ from gateway.codec import (
     Connect,
     Disconnect,
     Packet,
-    PingReq,
-    PingResp,
     Properties,
     PubAck,
     PubComp,
@@ -54,8 +50,8 @@ from gateway.codec import (
     Unsubscribe,
     Will,
     decode,
-    encode,
 )
+from tests.e2e.helpers import RawConnection
 from tests.support.broker_proc import BrokerProcess
 
 __all__ = [
@@ -72,84 +68,22 @@ TIMEOUT = 5.0
 P = TypeVar("P")
 
 
-class ConnectionClosedError(AssertionError):
-    """The broker closed the connection while a packet was expected."""
-
-
-class RawV5:
-    """One MQTT 5.0 connection over a raw socket."""
+class RawV5(RawConnection):
+    """One MQTT 5.0 connection over a raw socket (reading and framing: `RawConnection`)."""
 
     def __init__(self, broker: BrokerProcess, timeout: float = TIMEOUT) -> None:
-        self.sock = socket.create_connection((broker.host, broker.port), timeout=timeout)
-        self.buf = bytearray()
-        self.backlog: list[Packet] = []  # read while waiting for an acknowledgement
-        self.eof = False
-        self.timeout = timeout
-        self._next_id = 0
-
-    # -- plumbing ----------------------------------------------------------------------
-
-    def __enter__(self) -> RawV5:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__(broker.host, broker.port, MQTT_5, timeout)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
-            self.sock.close()
-
-    def send(self, packet: Packet) -> None:
-        self.sock.sendall(encode(packet, MQTT_5))
+            super().close()
 
     def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        """Send exact bytes (`send` encodes a packet)."""
+        self.send(data)
 
     def packet_id(self) -> int:
-        self._next_id = self._next_id % 65535 + 1
-        return self._next_id
-
-    def _decode(self) -> Packet | None:
-        result = decode(bytes(self.buf), MQTT_5, DEFAULT_MAX_PACKET_SIZE)
-        if result is NEED_DATA:
-            return None
-        packet, used = result
-        del self.buf[:used]
-        return packet
-
-    def _fill(self, deadline: float) -> bool:
-        """Read more bytes; False at EOF. Raises TimeoutError past the deadline."""
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        self.sock.settimeout(left)
-        try:
-            data = self.sock.recv(65536)
-        except TimeoutError:
-            raise TimeoutError from None
-        except ConnectionResetError:
-            data = b""
-        if not data:
-            self.eof = True
-            return False
-        self.buf += data
-        return True
-
-    def recv(self, timeout: float | None = None) -> Packet:
-        """The next packet from the broker (AssertionError on timeout or EOF)."""
-        if self.backlog:
-            return self.backlog.pop(0)
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        while True:
-            packet = self._decode()
-            if packet is not None:
-                return packet
-            if self.eof:
-                raise ConnectionClosedError(f"connection closed; unread bytes {bytes(self.buf)!r}")
-            try:
-                self._fill(deadline)
-            except TimeoutError:
-                raise AssertionError("no packet from the broker before the deadline") from None
+        return self.next_id()
 
     def expect(self, kind: type[P], timeout: float | None = None) -> P:
         """The next packet, which must be a `kind`."""
@@ -160,33 +94,28 @@ class RawV5:
     def reply(self, kind: type[P], packet_id: int, timeout: float | None = None) -> P:
         """The broker's `kind` answer for `packet_id`; other packets that arrive first (a
         PUBLISH to this client) are kept for the next `recv` / `sync`."""
-        skipped: list[Packet] = []
+        skipped: list[bytes] = []
         try:
             while True:
-                packet = self.recv(timeout)
+                frame = self.recv_frame(timeout)
+                packet = self.decode(frame)
                 if isinstance(packet, kind) and getattr(packet, "packet_id", None) == packet_id:
                     return packet
                 if isinstance(packet, PubRel | PubAck | PubRec | PubComp | SubAck | UnsubAck):
                     raise AssertionError(f"expected {kind.__name__} {packet_id}, got {packet!r}")
-                skipped.append(packet)
+                skipped.append(frame)
         finally:
-            self.backlog[:0] = skipped
+            self.stash[:0] = skipped
 
     def wait_closed(self, timeout: float | None = None) -> list[Packet]:
         """Read until the broker closes the connection; returns the packets before EOF."""
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        packets, self.backlog = self.backlog, []
-        while True:
-            packet = self._decode()
-            if packet is not None:
-                packets.append(packet)
-                continue
-            if self.eof:
-                return packets
-            try:
-                self._fill(deadline)
-            except TimeoutError:
-                raise AssertionError(f"connection still open; got {packets!r}") from None
+        data = self.expect_closed(timeout)
+        packets: list[Packet] = []
+        while (result := decode(data, self.version)) is not NEED_DATA:
+            packet, used = result
+            packets.append(packet)
+            data = data[used:]
+        return packets
 
     def expect_disconnect(self, reason: int, timeout: float | None = None) -> Disconnect:
         """The broker sends DISCONNECT with `reason` and closes the connection."""
@@ -198,16 +127,6 @@ class RawV5:
             f"DISCONNECT reason 0x{last.reason_code:02X}, expected 0x{reason:02X}"
         )
         return last
-
-    def sync(self, timeout: float | None = None) -> list[Packet]:
-        """PINGREQ, and every packet that arrived before its PINGRESP."""
-        self.send(PingReq())
-        packets: list[Packet] = []
-        while True:
-            packet = self.recv(timeout)
-            if isinstance(packet, PingResp):
-                return packets
-            packets.append(packet)
 
     # -- MQTT operations ---------------------------------------------------------------
 

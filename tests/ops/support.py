@@ -3,7 +3,6 @@ an sd_notify socket, plain HTTP GETs, and a Modbus RTU-over-TCP device whose val
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import re
@@ -11,7 +10,6 @@ import shutil
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -23,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.bridge.responder import crc_bytes
+from tests.support.broker_proc import BrokerProcess, launch
+from tests.support.rtu_device import RtuDevice, crc_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
-_LISTENING = re.compile(r"outpost: listening on ([0-9.]+):(\d+)")
 _STATUS_LOG = re.compile(r"status page, /status and /metrics on (http://\S+)")
 T = TypeVar("T")
 
@@ -52,19 +50,12 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "c
 
 
 @dataclass
-class Outpost:
-    """A running `outpost run` process."""
+class Outpost(BrokerProcess):
+    """A running `outpost run` process with its config file and status endpoint."""
 
-    process: subprocess.Popen[str]
-    host: str
-    port: int
     status_url: str | None
-    log_path: Path
     config_path: Path
     stdout: list[str] = field(default_factory=list)
-
-    def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def url(self, path: str) -> str:
         assert self.status_url is not None, "status endpoint not started"
@@ -77,16 +68,7 @@ class Outpost:
         self.config_path.write_text(text, encoding="utf-8")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 25.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        return self.process.returncode
+        return super().stop(sig, timeout)
 
 
 def start_outpost(
@@ -110,34 +92,16 @@ def start_outpost(
     args = [*base, "--log-level", "DEBUG", "run", "--config", str(config), *extra_args]
     if listen is not None:
         args += ["--listen", listen]
-    log_path = workdir / "outpost.log"
     clean_env = {k: v for k, v in os.environ.items()
                  if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",
                               "JOURNAL_STREAM", "INVOCATION_ID")}
-    with log_path.open("w", encoding="utf-8") as log_file:
-        process = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=log_file, text=True, cwd=ROOT,
-            env={**clean_env, "PYTHONUNBUFFERED": "1", **(env or {})},
-        )
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout
-    assert process.stdout is not None
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        match = _LISTENING.search(line)
-        if match:
-            # The status endpoint is bound before the listening lines are printed, and its
-            # address is logged then (stdout has it after the last listening line).
-            found = _STATUS_LOG.search(log_path.read_text(encoding="utf-8", errors="replace"))
-            status_url = found.group(1) if found else None
-            return Outpost(process, match.group(1), int(match.group(2)), status_url, log_path,
-                           config, lines)
-    process.kill()
-    process.wait()
-    raise RuntimeError(f"outpost did not start:\n{''.join(lines)}\n{log_path.read_text()}")
+    broker, lines = launch(args, workdir / "outpost.log", timeout, clean_env, env)
+    # The status endpoint is bound before the listening lines are printed, and its address is
+    # logged then (stdout has it after the last listening line).
+    found = _STATUS_LOG.search(broker.log())
+    status_url = found.group(1) if found else None
+    return Outpost(broker.process, broker.host, broker.port, broker.log_path, status_url, config,
+                   lines)
 
 
 def http_get(url: str, method: str = "GET", timeout: float = 10.0
@@ -196,7 +160,7 @@ class NotifySocket:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-class MovingDevice:
+class MovingDevice(RtuDevice):
     """Modbus RTU-over-TCP units answering FC 3; the registers move with every request.
 
     Register 0 of unit u: 200 + 50 sin(n / 4) (n = requests so far) times 10; other registers: 0.
@@ -204,48 +168,18 @@ class MovingDevice:
     """
 
     def __init__(self, units: tuple[int, ...] = (1,)) -> None:
+        super().__init__("device")
         self.units = units
         self.requests = 0
-        self.port = 0
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
 
-    def start(self) -> int:
-        self._thread.start()
-        assert self._ready.wait(10), "device did not start"
-        return self.port
-
-    def stop(self) -> None:
-        if self.loop is not None and self._stop is not None:
-            self.loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    async def _serve(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._client, "127.0.0.1", 0)
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        await self._stop.wait()
-        server.close()
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                frame = await reader.readexactly(8)
-                unit, function, address, count = struct.unpack(">BBHH", frame[:6])
-                if crc_bytes(frame[:6]) != frame[6:] or function != 3 or unit not in self.units:
-                    continue
-                self.requests += 1
-                value = int(10 * (200 + 50 * math.sin(self.requests / 4)))
-                registers = [value if address + i == 0 else 0 for i in range(count)]
-                body = bytes((unit, 3, 2 * count)) + struct.pack(f">{count}H", *registers)
-                writer.write(body + crc_bytes(body))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
+    def answer(self, unit: int, address: int, count: int) -> bytes:
+        if unit not in self.units:
+            return b""
+        self.requests += 1
+        value = int(10 * (200 + 50 * math.sin(self.requests / 4)))
+        registers = [value if address + i == 0 else 0 for i in range(count)]
+        body = bytes((unit, 3, 2 * count)) + struct.pack(f">{count}H", *registers)
+        return body + crc_bytes(body)
 
 
 def bridge_config(port: int, devices: dict[str, int], poll: float = 0.1) -> str:

@@ -8,9 +8,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"outpost: listening on ([0-9.]+):(\d+)")
 
 
@@ -41,6 +43,35 @@ class BrokerProcess:
         return self.process.returncode
 
 
+def launch(
+    args: list[str], log_path: Path, timeout: float,
+    environ: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None,
+) -> tuple[BrokerProcess, list[str]]:
+    """Run the `outpost` command line `args` in the repository root (stderr to `log_path`) and
+    wait until it prints its first listening line. Returns the process and the stdout lines read
+    so far. The environment is `environ` (default: ours) + PYTHONUNBUFFERED=1 + `env`."""
+    base = os.environ if environ is None else environ
+    with log_path.open("w", encoding="utf-8") as log_file:
+        process = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=log_file, text=True, cwd=ROOT,
+            env={**base, "PYTHONUNBUFFERED": "1", **(env or {})},
+        )
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        match = _LISTENING.search(line)
+        if match:
+            return BrokerProcess(process, match.group(1), int(match.group(2)), log_path), lines
+    process.kill()
+    process.wait()
+    raise RuntimeError(f"outpost did not start:\n{''.join(lines)}\n{log_path.read_text()}")
+
+
 def start_broker(
     workdir: Path, config_text: str = "", extra_args: tuple[str, ...] = (), timeout: float = 15.0
 ) -> BrokerProcess:
@@ -53,22 +84,4 @@ def start_broker(
         config.write_text(config_text, encoding="utf-8")
         args += ["--config", str(config)]
     args += list(extra_args)
-    log_path = workdir / "broker.log"
-    log_file = log_path.open("w", encoding="utf-8")
-    process = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=log_file, text=True,
-        cwd=Path(__file__).resolve().parents[2], env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    log_file.close()
-    deadline = time.monotonic() + timeout
-    assert process.stdout is not None
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        match = _LISTENING.search(line)
-        if match:
-            return BrokerProcess(process, match.group(1), int(match.group(2)), log_path)
-    process.kill()
-    process.wait()
-    raise RuntimeError(f"broker did not start:\n{log_path.read_text()}")
+    return launch(args, workdir / "broker.log", timeout)[0]
