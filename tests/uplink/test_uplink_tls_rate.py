@@ -49,13 +49,17 @@ def test_drain_after_an_outage_respects_the_rate_limit(
     broker_factory: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:
     require("mosquitto")
-    with start_mosquitto(tmp_path / "cloud", extra_config=("max_queued_messages 0",)) as cloud:
+    # The recorder's session is made before the outage and kept by the cloud (persistence),
+    # so it gets every message however late it reconnects on a busy machine.
+    with start_mosquitto(tmp_path / "cloud", persistence=True,
+                         extra_config=("max_queued_messages 0",)) as cloud:
+        Recorder(cloud.port, "site7/#", client_id="rate-recorder", clean=False).start().stop()
         cloud.stop()
         gateway = broker_factory(uplink_config(cloud.port, remote_extra="rate_messages = 100"))
         publish_local(gateway.port, [(f"devices/m/{i}", b"%d" % i) for i in range(300)])
         cloud.start()
-        recorder = Recorder(cloud.port, "site7/#").start()
         started = time.monotonic()
+        recorder = Recorder(cloud.port, "site7/#", client_id="rate-recorder", clean=False).start()
         wait_for(lambda: recorder.count() >= 300, timeout=60)
         elapsed = time.monotonic() - started
         recorder.stop()
