@@ -63,7 +63,7 @@ clean:
 # `make image-test` builds the amd64 image and boots it (systemd-nspawn, then QEMU).
 ARCH ?= arm64
 IMAGE_PACKAGES := mmdebstrap qemu-user-static binfmt-support arch-test systemd-container \
-	dosfstools mtools fdisk e2fsprogs syslinux syslinux-common qemu-system-x86 qemu-system-arm
+	dosfstools mtools fdisk genimage e2fsprogs syslinux syslinux-common qemu-system-x86 qemu-system-arm
 .PHONY: image image-test image-packages
 
 image-packages:

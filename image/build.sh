@@ -11,8 +11,8 @@
 #   2. venv-<key>.tar   /opt/outpost/venv with the dependencies (key: layer 1 + pyproject
 #                       dependencies + requirements.txt). Wheels from PyPI for the target.
 #   3. every build      outpost's own wheel, the units, the overlay, the file systems. Seconds.
-# The file systems are made from directory trees (mke2fs -d, mkfs.vfat + mcopy) and put
-# into the disk image with dd: no loop device, no mount. See image/README.md.
+# The file systems are made from directory trees (mke2fs -d, mkfs.vfat + mcopy) and laid
+# into the disk image by genimage: no loop device, no mount. See image/README.md.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,7 +36,7 @@ case "${ARCH}" in
   *) die "ARCH must be arm64 or amd64, not ${ARCH}" ;;
 esac
 [ "$(id -u)" = 0 ] || die "run as root (mmdebstrap, chroot and file ownership need it)"
-for tool in mmdebstrap mke2fs mkfs.vfat mcopy sfdisk python3; do
+for tool in mmdebstrap mke2fs mkfs.vfat mcopy genimage python3; do
   command -v "${tool}" >/dev/null || die "${tool} is missing: run 'make image-packages'"
 done
 [ "${ARCH}" != amd64 ] || command -v syslinux >/dev/null \
@@ -309,26 +309,34 @@ layout() {
     syslinux --install "${parts}/boot.vfat"
   fi
 
-  local boot_start=${ALIGN_MIB} root_a=$((ALIGN_MIB + BOOT_MIB))
-  local root_b=$((root_a + ROOT_MIB)) data_start=$((root_a + 2 * ROOT_MIB))
-  local total=$((data_start + DATA_MIB))
-  rm -f "${IMAGE}.part"
-  truncate -s "${total}M" "${IMAGE}.part"
-  sfdisk -q --no-reread --no-tell-kernel "${IMAGE}.part" <<EOF
-label: dos
-label-id: 0x${disk_id}
-unit: sectors
-start=$((boot_start * 2048)), size=$((BOOT_MIB * 2048)), type=c, bootable
-start=$((root_a * 2048)), size=$((ROOT_MIB * 2048)), type=83
-start=$((root_b * 2048)), size=$((ROOT_MIB * 2048)), type=83
-start=$((data_start * 2048)), size=$((DATA_MIB * 2048)), type=83
-EOF
+  # genimage places the file systems and writes the MBR (a partition table only: no file
+  # system is made by it, so the trees stay exactly as mke2fs -d and mcopy put them).
+  # Slot B is an empty partition for A/B updates; the data partition is last so that it can
+  # grow to the end of the card.
+  local boot_code=""
   if [ "${ARCH}" = amd64 ]; then
-    dd if=/usr/lib/syslinux/mbr/mbr.bin of="${IMAGE}.part" bs=440 count=1 conv=notrunc status=none
+    cp /usr/lib/syslinux/mbr/mbr.bin "${parts}/mbr.bin"
+    boot_code='partition mbr { in-partition-table = false offset = 0 size = 440 image = "mbr.bin" }'
   fi
-  dd if="${parts}/boot.vfat" of="${IMAGE}.part" bs=1M seek="${boot_start}" conv=notrunc,sparse status=none
-  dd if="${parts}/root.ext4" of="${IMAGE}.part" bs=1M seek="${root_a}" conv=notrunc,sparse status=none
-  dd if="${parts}/data.ext4" of="${IMAGE}.part" bs=1M seek="${data_start}" conv=notrunc,sparse status=none
+  cat > "${parts}/genimage.cfg" <<EOF
+image $(basename "${IMAGE}").part {
+  hdimage {
+    partition-table-type = "mbr"
+    disk-signature = 0x${disk_id}
+    align = ${ALIGN_MIB}M
+    fill = true
+  }
+  ${boot_code}
+  partition boot { partition-type = 0x0c bootable = true image = "boot.vfat" offset = ${ALIGN_MIB}M }
+  partition root-a { partition-type = 0x83 image = "root.ext4" }
+  partition root-b { partition-type = 0x83 size = ${ROOT_MIB}M }
+  partition data { partition-type = 0x83 image = "data.ext4" }
+}
+EOF
+  mkdir -p "${parts}/empty"
+  rm -f "${IMAGE}.part"
+  genimage --loglevel 0 --config "${parts}/genimage.cfg" --inputpath "${parts}" \
+    --rootpath "${parts}/empty" --tmppath "${parts}/tmp" --outputpath "$(dirname "${IMAGE}")"
   mv "${IMAGE}.part" "${IMAGE}"
   rm -rf "${parts}"
 }

@@ -138,6 +138,10 @@ class Container:
 
 
 _REPORT = re.compile(r"OUTPOST-REPORT (.*)")
+KERNEL_START = "Linux version "
+USER_SPACE = "Run /init as init process"  # the initramfs: from here on the image is at fault
+EARLY_STALL = 90.0  # seconds without a line from the kernel
+MAX_EARLY_STALLS = 2
 
 
 @dataclass
@@ -152,7 +156,11 @@ class Qemu:
     workdir: Path
     memory_mib: int = 1024
     port: int = field(default_factory=free_port)
+    # One vCPU: with two, TCG's unsynchronised TSCs now and then stall the guest kernel early
+    # in its boot (seen after "IP idents hash table entries", before any user space).
+    cpus: int = 1
     process: subprocess.Popen[bytes] | None = None
+    early_stalls: int = 0  # boots restarted by `wait_report` because the kernel stalled
     # arm64: qemu-system-aarch64 -M virt with the kernel and initrd of the image's boot
     # partition (a Pi's firmware is not emulated) and this command line.
     arm64_cmdline: str | None = None
@@ -180,7 +188,7 @@ class Qemu:
                        "-initrd", str(self.workdir / "initrd.img"),
                        "-append", self.arm64_cmdline]
         command = [
-            *machine, "-accel", "tcg,thread=multi", "-smp", "2",
+            *machine, "-accel", "tcg", "-smp", str(self.cpus),
             "-m", str(self.memory_mib), "-display", "none", "-nodefaults", "-no-user-config",
             "-drive", f"file={self.image},format=raw,if=virtio,cache=unsafe",
             "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:1883",
@@ -203,8 +211,14 @@ class Qemu:
                 for m in _REPORT.finditer(text)]
 
     def wait_report(self, count: int, timeout: float) -> dict[str, str]:
-        """Wait for the `count`-th boot report and return it."""
+        """Wait for the `count`-th boot report and return it.
+
+        A kernel that stops printing for EARLY_STALL seconds before it has started user
+        space (the emulator's fault, not the image's) is reset, at most MAX_EARLY_STALLS
+        times per machine; a stall after that point is the image's and fails the test.
+        """
         deadline = time.monotonic() + timeout
+        size, changed = -1, time.monotonic()
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"qemu exited: {self.process.stderr.read().decode()[-2000:]}"
@@ -212,10 +226,26 @@ class Qemu:
             found = self.reports()
             if len(found) >= count:
                 return found[count - 1]
+            log = self._current_boot_log()
+            if len(log) != size:
+                size, changed = len(log), time.monotonic()
+            elif (time.monotonic() - changed > EARLY_STALL and USER_SPACE not in log
+                  and self.early_stalls < MAX_EARLY_STALLS):
+                self.early_stalls += 1
+                print(f"\nkernel stalled early in boot ({log[-200:]!r}): resetting the VM")
+                self.command("system_reset")
+                size, changed = -1, time.monotonic()
             time.sleep(1.0)
         tail = self.serial_log.read_text(errors="replace")[-4000:] if self.serial_log.exists() \
             else ""
         raise TimeoutError(f"no boot report #{count} in {timeout:.0f} s; serial log:\n{tail}")
+
+    def _current_boot_log(self) -> str:
+        """The serial log since the last time the kernel started."""
+        if not self.serial_log.exists():
+            return ""
+        text = self.serial_log.read_text(errors="replace")
+        return text[text.rfind(KERNEL_START):] if KERNEL_START in text else text
 
     def command(self, line: str) -> None:
         """One human-monitor command (system_reset, system_powerdown, quit)."""
