@@ -18,7 +18,33 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "image" / "build.sh"
-TOOLS = ("mmdebstrap", "systemd-nspawn", "qemu-system-x86_64", "mcopy", "syslinux", "nsenter")
+TOOLS = ("mmdebstrap", "systemd-nspawn", "qemu-system-x86_64", "mcopy", "syslinux", "nsenter",
+         "genimage")
+FREE_GIB = 8  # the bootstrap cache, the staged trees, the image and the tests' copies of it
+
+
+def machine_problem() -> str | None:
+    """Why this machine cannot build and boot the image, or None when it can.
+
+    The build needs root, the image tools, disk space, and mount namespaces (mmdebstrap's
+    chroot mounts, systemd-nspawn's private /run); a container without them is told so
+    plainly instead of failing halfway through a build.
+    """
+    if os.geteuid() != 0:
+        return "the image tests need root (mmdebstrap, chroot, systemd-nspawn)"
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        return f"missing {', '.join(missing)}: run 'make image-packages'"
+    free = shutil.disk_usage(REPO).free >> 30
+    if free < FREE_GIB:
+        return f"{free} GiB free next to the checkout; the image tests need {FREE_GIB} GiB"
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--",
+         "mount", "-t", "tmpfs", "probe", "/mnt"],
+        capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        return f"this machine cannot make mount namespaces: {probe.stderr.strip()}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -34,11 +60,9 @@ class BuiltImage:
 
 @pytest.fixture(scope="session")
 def amd64_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
-    if os.geteuid() != 0:
-        pytest.skip("the image tests need root (mmdebstrap, chroot, systemd-nspawn)")
-    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"missing {', '.join(missing)}: run 'make image-packages'")
+    problem = machine_problem()
+    if problem:
+        pytest.skip(problem)
     log = tmp_path_factory.mktemp("build") / "build.log"
     started = time.monotonic()
     env = {**os.environ, "ARCH": "amd64"}
