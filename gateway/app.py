@@ -19,7 +19,7 @@ from gateway.broker import Broker
 from gateway.config import Config, ConfigError
 from gateway.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
 from gateway.hooks import BrokerHooks, HookChain
-from gateway.listeners import attach_security, load_security
+from gateway.listeners import configure_read_checks, load_security
 from gateway.server import Server
 from gateway.status import StatusProvider
 from storage.memory import MemoryStore
@@ -97,14 +97,14 @@ async def serve(
     loop = asyncio.get_running_loop()
     store = build_hooks(config, state_dir)
     hooks, uplink = build_uplink(config, store)
-    # Authentication, ACLs and topic limits first: a refusal is decided before any store work.
+    # Authentication and ACLs first: a refusal is decided before any store work.
     security = load_security(config)
     hooks = HookChain([security, hooks])
     broker = Broker(config, hooks, now=loop.time())
     store_stats = getattr(store, "stats", None)
     if callable(store_stats):  # commit latency, batch sizes, bytes written
         broker.sys.sources["store"] = store_stats
-    attach_security(broker, security)
+    configure_read_checks(broker)
     broker.restore(hooks.restore(), loop.time())
     server = Server(broker, security)
     stop_event = stop or asyncio.Event()

@@ -10,9 +10,9 @@ broker's two questions:
   verified certificate. Otherwise a client without a username is anonymous (allowed only where
   the policy says so), and a username is only believed when a password file verified it: on a
   listener without a password file a username counts as anonymous.
-- `check_acl`: topics in PUBLISH, wills and SUBSCRIBE longer or deeper than `[limits]` allow
-  are refused (counted in `topic_limited`); then the listener's ACL decides (no ACL file: all
-  allowed). A username that was not verified is checked as anonymous.
+- `check_acl`: the listener's ACL decides (no ACL file: all allowed). A username that was not
+  verified is checked as anonymous. (Topics over the `[limits]` length and depth are refused
+  by the broker before it asks: `Broker.topic_over_limits`.)
 
 Slow hashes never run in the core: the I/O layer asks `hash_job` for the work a CONNECT needs,
 runs it in a worker thread, and hands the verdict back with `remember`; `authenticate` then
@@ -33,12 +33,11 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
 from gateway.acl import AccessList, Right
 from gateway.codec.reason_codes import ReasonCode
 from gateway.config import Config
-from gateway.hooks import Access, BrokerHooks
+from gateway.hooks import INTERNAL_LISTENERS, Access, BrokerHooks
 from gateway.passwords import PasswordEntry, verify
 from gateway.session import ClientInfo
 
@@ -54,9 +53,6 @@ __all__ = [
 
 log = logging.getLogger("outpost.auth")
 
-# Listener labels of connections that do not come from the network (see gateway.links and
-# Broker.restore): their identity was established in-process or when the will was accepted.
-INTERNAL_LISTENERS = frozenset({"link", "restored"})
 _RIGHTS = {Access.READ: Right.READ, Access.WRITE: Right.WRITE, Access.SUBSCRIBE: Right.SUBSCRIBE}
 
 
@@ -170,32 +166,16 @@ class ListenerPolicy:
         return None
 
 
-class LimitCounters(Protocol):
-    """Where `Security` counts refusals (the broker's `Counters` at run time)."""
-
-    topic_limited: int
-
-
-@dataclass(slots=True)
-class _OwnCounters:
-    topic_limited: int = 0
-
-
 class Security(BrokerHooks):
     """Authentication and ACL checks per listener (see the module comment)."""
 
     def __init__(
         self,
         policies: Iterable[ListenerPolicy],
-        max_topic_length: int = 65535,
-        max_topic_levels: int = 65535,
         loader: Callable[[Config], list[ListenerPolicy]] | None = None,
     ) -> None:
         self.policies: dict[str, ListenerPolicy] = {p.label: p for p in policies}
-        self.max_topic_length = max_topic_length
-        self.max_topic_levels = max_topic_levels
         self.loader = loader  # reads the files again (gateway.listeners.SecurityFiles)
-        self.counters: LimitCounters = _OwnCounters()
 
     def replace(self, policies: Iterable[ListenerPolicy]) -> None:
         """Swap every policy at once; connected clients are judged by the new ones."""
@@ -205,12 +185,10 @@ class Security(BrokerHooks):
         """Re-read password files, ACL files and certificates (SIGHUP).
 
         All or nothing: if a file is unreadable or invalid the `ConfigError` propagates and
-        the running policies stay. Topic limits follow `config.limits`.
+        the running policies stay.
         """
         if self.loader is not None:
             self.replace(self.loader(config))
-        self.max_topic_length = config.limits.max_topic_length
-        self.max_topic_levels = config.limits.max_topic_levels
 
     @property
     def restricts_reading(self) -> bool:
@@ -262,32 +240,12 @@ class Security(BrokerHooks):
     def check_acl(self, client: ClientInfo, topic: str, access: Access) -> bool:
         if client.listener in INTERNAL_LISTENERS:
             return True
-        if access is not Access.READ and (
-            len(topic) > self.max_topic_length // 4 or topic.count("/") >= self.max_topic_levels
-        ) and self._too_big(client, topic, access):
-            return False
         policy = self.policies.get(client.listener)
         if policy is None or policy.acl is None:
             return True
         return policy.acl.allows(
             policy.verified_username(client), client.client_id, topic, _RIGHTS[access]
         )
-
-    def _too_big(self, client: ClientInfo, topic: str, access: Access) -> bool:
-        """Over the limits? (Only called when a cheap pre-check says it might be.)"""
-        size = len(topic.encode("utf-8", "surrogatepass"))
-        levels = topic.count("/") + 1
-        if size <= self.max_topic_length and levels <= self.max_topic_levels:
-            return False
-        self.counters.topic_limited += 1
-        count = self.counters.topic_limited
-        if count <= 10 or count % 1000 == 0:
-            log.warning(
-                "refused %s of %s from %s: topic of %d bytes / %d levels is over the limit "
-                "(%d bytes, %d levels; %d refused so far)", access.value, client.client_id,
-                client.peer, size, levels, self.max_topic_length, self.max_topic_levels, count,
-            )
-        return True
 
 
 class LoginThrottle:

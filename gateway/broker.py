@@ -46,7 +46,13 @@ from gateway.codec.reason_codes import (
 )
 from gateway.config import Config
 from gateway.delivery import Dispatcher
-from gateway.hooks import Access, BrokerHooks, RestoredState, SessionRecord
+from gateway.hooks import (
+    INTERNAL_LISTENERS,
+    Access,
+    BrokerHooks,
+    RestoredState,
+    SessionRecord,
+)
 from gateway.inflight import Outbound
 from gateway.message import Message
 from gateway.retained import RetainedStore
@@ -277,7 +283,34 @@ class Broker:
                 now + min(delay, session.expiry_interval), will, conn.info
             )
 
+    def topic_over_limits(self, topic: str, info: ClientInfo, what: str) -> bool:
+        """True when a client's topic or filter is longer or deeper than `[limits]` allow.
+
+        Counted in `topic_limited` and logged (the first ten, then every thousandth);
+        in-process links are exempt: their topics come from the configuration.
+        """
+        limits = self.limits
+        # Cheap pre-check: a str of n characters encodes to at most 4n bytes.
+        if len(topic) * 4 <= limits.max_topic_length and topic.count("/") < limits.max_topic_levels:
+            return False
+        size = len(topic.encode("utf-8", "surrogatepass"))
+        levels = topic.count("/") + 1
+        if (size <= limits.max_topic_length and levels <= limits.max_topic_levels) or \
+                info.listener in INTERNAL_LISTENERS:
+            return False
+        self.counters.topic_limited += 1
+        count = self.counters.topic_limited
+        if count <= 10 or count % 1000 == 0:
+            log.warning(
+                "refused the %s topic of %s from %s: %d bytes / %d levels is over the limit "
+                "(%d bytes, %d levels; %d refused so far)", what, info.client_id, info.peer,
+                size, levels, limits.max_topic_length, limits.max_topic_levels, count,
+            )
+        return True
+
     def _publish_will(self, will: Will, info: ClientInfo, now: float) -> None:
+        if self.topic_over_limits(will.topic, info, "will"):
+            return
         if not self.hooks.check_acl(info, will.topic, Access.WRITE):
             self.counters.denied += 1
             return

@@ -66,6 +66,10 @@ def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) ->
         refusal = broker.hooks.authenticate(conn.info, packet.password)
         if refusal == ReasonCode.SUCCESS:
             refusal = None
+    if refusal is None and packet.will is not None and broker.topic_over_limits(
+        packet.will.topic, conn.info, "will"
+    ):
+        refusal = ReasonCode.TOPIC_NAME_INVALID
     if refusal is None and packet.will is not None and not broker.hooks.check_acl(
         conn.info, packet.will.topic, Access.WRITE
     ):

@@ -79,6 +79,9 @@ def on_publish(broker: Broker, conn: Connection, packet: Publish, now: float, ra
                 conn, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded"
             )
             return
+    if broker.topic_over_limits(topic, conn.info, "PUBLISH"):
+        refuse_publish(broker, conn, packet, ReasonCode.TOPIC_NAME_INVALID)
+        return
     if topic.startswith("$SYS") or not broker.hooks.check_acl(conn.info, topic, Access.WRITE):
         # $SYS belongs to the broker and its in-process producers, never to clients.
         broker.counters.denied += 1

@@ -38,6 +38,9 @@ def on_subscribe(broker: Broker, conn: Connection, packet: Subscribe, now: float
     codes: list[int] = []
     retained_work: list[tuple[str, int, SubOptions]] = []
     for sub in packet.subscriptions:
+        if broker.topic_over_limits(sub.topic_filter, conn.info, "SUBSCRIBE"):
+            codes.append(ReasonCode.TOPIC_FILTER_INVALID if conn.is_v5 else SUBACK_FAILURE_V3)
+            continue
         if not broker.hooks.check_acl(conn.info, sub.topic_filter, Access.SUBSCRIBE):
             broker.counters.denied += 1
             codes.append(ReasonCode.NOT_AUTHORIZED if conn.is_v5 else SUBACK_FAILURE_V3)

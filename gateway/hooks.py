@@ -36,6 +36,10 @@ from gateway.message import Message
 from gateway.router import SubOptions
 from gateway.session import ClientInfo
 
+# Listener labels of connections that do not come from the network (see gateway.links and
+# Broker.restore): their identity was established in-process or when the will was accepted.
+INTERNAL_LISTENERS = frozenset({"link", "restored"})
+
 
 class Access(enum.Enum):
     """What a client wants to do with a topic."""

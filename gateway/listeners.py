@@ -173,9 +173,7 @@ class SecurityFiles:
 def load_security(config: Config) -> Security:
     """The `Security` hook for `config` (reads the files; raises `ConfigError`)."""
     files = SecurityFiles()
-    limits = config.limits
-    return Security(read_policies(config), limits.max_topic_length, limits.max_topic_levels,
-                    loader=files)
+    return Security(read_policies(config), loader=files)
 
 
 def check_security_files(config: Config) -> None:
@@ -700,9 +698,8 @@ def needs_read_check(hooks: BrokerHooks) -> bool:
     return False
 
 
-def attach_security(broker: Broker, security: Security) -> None:
-    """Wire a `Security` hook to a broker: its counters, and READ checks only when needed."""
-    security.counters = broker.counters
+def configure_read_checks(broker: Broker) -> None:
+    """Let the broker check READ access per delivery only when some hook restricts it."""
     broker.dispatch.check_read = needs_read_check(broker.hooks)
 
 

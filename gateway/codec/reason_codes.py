@@ -98,6 +98,6 @@ def v3_connack_code(reason: int) -> int:
         return ConnectReturnCode.IDENTIFIER_REJECTED
     if reason == ReasonCode.BAD_USER_NAME_OR_PASSWORD:
         return ConnectReturnCode.BAD_USER_NAME_OR_PASSWORD
-    if reason in (ReasonCode.NOT_AUTHORIZED, ReasonCode.BANNED):
+    if reason in (ReasonCode.NOT_AUTHORIZED, ReasonCode.BANNED, ReasonCode.TOPIC_NAME_INVALID):
         return ConnectReturnCode.NOT_AUTHORIZED
     return ConnectReturnCode.SERVER_UNAVAILABLE

@@ -117,11 +117,11 @@ def test_03_subscription_and_topic_limits(broker):
         suback = c.decode(c.subscribe(("a", 0), ("b", 0), ("c", 0), ("d", 0), ("a", 1)))
         assert isinstance(suback, SubAck) and suback.reason_codes == [0, 0, 0, 0x97, 1]
         too_deep = c.decode(c.subscribe(("a/b/c/d/e/f", 0)))  # over the limit anyway: 4th sub
-        assert isinstance(too_deep, SubAck) and too_deep.reason_codes == [0x87]
+        assert isinstance(too_deep, SubAck) and too_deep.reason_codes == [0x8F]
         [ack] = [c.decode(f) for f in c.publish("x/" * 5 + "y", b"deep", qos=1)]
-        assert isinstance(ack, PubAck) and ack.reason_code == 0x87
+        assert isinstance(ack, PubAck) and ack.reason_code == 0x90  # Topic Name invalid
         [ack] = [c.decode(f) for f in c.publish("t" * 65, b"long", qos=1)]
-        assert isinstance(ack, PubAck) and ack.reason_code == 0x87
+        assert isinstance(ack, PubAck) and ack.reason_code == 0x90
         [ack] = [c.decode(f) for f in c.publish("t" * 64, b"just fits", qos=1)]
         assert isinstance(ack, PubAck) and ack.reason_code == 0
     with tcp_client(broker.of("tcp")) as v3:

@@ -226,3 +226,36 @@ def test_durable_hooks_gate_acknowledgements() -> None:
     h.send(pub, Publish("t", b"x", qos=1, packet_id=4))
     h.send(pub, Publish("t", b"x", qos=0))
     assert len(sink.gated) == 1 and sink.packets()[-1] == PubAck(4)
+
+
+def test_topics_over_the_limits_get_their_own_reason_codes() -> None:
+    h = Harness(max_topic_length=20, max_topic_levels=3)
+    v5, sink = h.connect("v5", version=MQTT_5)
+    sink.packets()
+    h.send(v5, Publish("a/b/c/d", b"deep", qos=1, packet_id=1))  # 4 levels
+    h.send(v5, Publish("x" * 21, b"long", qos=1, packet_id=2))
+    h.send(v5, Publish("é" * 10, b"fits", qos=1, packet_id=3))  # 20 bytes
+    h.send(v5, Publish("a/b/c/d", b"deep", qos=2, packet_id=4))
+    assert [(p.packet_id, p.reason_code) for p in sink.packets()] == [
+        (1, 0x90), (2, 0x90), (3, 0), (4, 0x90)
+    ]
+    h.subscribe(v5, "a/+/c/#")
+    assert [p.reason_codes for p in sink.packets()] == [[0x8F]]  # type: ignore[attr-defined]
+    v3, sink3 = h.connect("v3")
+    h.subscribe(v3, "a/+/c/#")
+    h.send(v3, Publish("a/b/c/d", b"deep", qos=1, packet_id=5))
+    assert sink3.packets()[1:] == [SubAck(1, [0x80]), PubAck(5)]  # 3.1.1: acked and dropped
+    _, wsink = h.connect("w5", version=MQTT_5, will=Will("w/" * 3 + "x", b"gone"))
+    _, wsink3 = h.connect("w3", will=Will("w/" * 3 + "x", b"gone"))
+    assert [p.reason_code for p in wsink.packets()] == [0x90]  # type: ignore[attr-defined]
+    assert [p.reason_code for p in wsink3.packets()] == [5]  # type: ignore[attr-defined]
+    assert h.broker.counters.topic_limited == 8
+    # in-process links are exempt: their topics come from the configuration
+    from gateway.links import Link
+
+    received: list[str] = []
+    reader = Link(h.broker, "uplink", lambda: h.now, lambda m, q, r: received.append(m.topic))
+    reader.subscribe("a/+/c/#", qos=1)
+    writer = Link(h.broker, "bridge", lambda: h.now, lambda m, q, r: None)
+    assert writer.publish("a/b/c/d", b"ok") == 1
+    assert received == ["a/b/c/d"]
