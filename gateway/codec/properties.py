@@ -27,6 +27,7 @@ from typing import Any
 
 from gateway.codec.errors import LocalProtocolError, MalformedPacket, ProtocolError
 from gateway.codec.packets import NO_PROPERTIES, Properties
+from gateway.codec.reason_codes import ReasonCode
 from gateway.codec.wire import (
     MAX_VARINT,
     enc_bin,
@@ -76,6 +77,7 @@ class PropertySpec:
     packets: frozenset[str]
     repeatable_in: frozenset[str] = frozenset()
     valid: tuple[int, int] | None = None  # inclusive range the spec allows
+    invalid_reason: int = ReasonCode.PROTOCOL_ERROR  # the answer to a value outside `valid`
     multi: bool = False  # the Properties field is a tuple (user properties, subscription ids)
 
 
@@ -117,7 +119,8 @@ PROPERTY_TABLE: tuple[PropertySpec, ...] = (
         0x21, "receive_maximum", WireType.TWO_BYTE, _p("CONNECT", "CONNACK"), valid=(1, 65535)
     ),
     PropertySpec(0x22, "topic_alias_maximum", WireType.TWO_BYTE, _p("CONNECT", "CONNACK")),
-    PropertySpec(0x23, "topic_alias", WireType.TWO_BYTE, _p("PUBLISH"), valid=(1, 65535)),
+    PropertySpec(0x23, "topic_alias", WireType.TWO_BYTE, _p("PUBLISH"), valid=(1, 65535),
+                 invalid_reason=ReasonCode.TOPIC_ALIAS_INVALID),  # 0: [MQTT-3.3.2-8]
     PropertySpec(0x24, "maximum_qos", _B, _p("CONNACK"), valid=_BOOL),
     PropertySpec(0x25, "retain_available", _B, _p("CONNACK"), valid=_BOOL),
     PropertySpec(
@@ -175,7 +178,8 @@ def decode_properties(data: bytes, pos: int, end: int, packet: str) -> tuple[Pro
         value, pos = _READERS[spec.wire](data, pos + 1, stop)
         valid = spec.valid
         if valid is not None and not valid[0] <= value <= valid[1]:
-            raise ProtocolError(f"property {spec.name} has invalid value {value}")
+            raise ProtocolError(f"property {spec.name} has invalid value {value}",
+                                spec.invalid_reason)
         name = spec.name
         if name in values:
             if packet not in spec.repeatable_in:

@@ -25,6 +25,7 @@ ERROR_CLASSES: dict[int, type[MQTTProtocolError]] = {
     0x84: UnsupportedProtocolVersion,
     0x8F: TopicFilterInvalid,
     0x90: TopicNameInvalid,
+    0x94: ProtocolError,  # Topic Alias invalid: a protocol error with its own code
     0x95: PacketTooLarge,
 }
 

@@ -90,11 +90,11 @@ def test_unknown_alias_is_a_protocol_error(broker: BrokerProcess) -> None:
         assert bystander.sync() == []
 
 
-def test_alias_zero_is_a_protocol_error(broker: BrokerProcess) -> None:
+def test_alias_zero_is_an_invalid_topic_alias(broker: BrokerProcess) -> None:
     with connected(broker, "v5a-zero") as client:
-        # topic "v5a/z", property block: length 3, 0x23 topic alias = 0
+        # topic "v5a/z", property block: length 3, 0x23 topic alias = 0 [MQTT-3.3.2-8]
         client.send_raw(b"\x30\x0b\x00\x05v5a/z\x03\x23\x00\x00")
-        client.expect_disconnect(ReasonCode.PROTOCOL_ERROR)
+        client.expect_disconnect(ReasonCode.TOPIC_ALIAS_INVALID)
 
 
 def test_aliases_do_not_outlive_the_connection(broker: BrokerProcess) -> None:

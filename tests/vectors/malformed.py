@@ -18,6 +18,7 @@ P = 0x82  # Protocol Error
 U = 0x84  # Unsupported Protocol Version
 F = 0x8F  # Topic Filter invalid
 T = 0x90  # Topic Name invalid
+A = 0x94  # Topic Alias invalid
 L = 0x95  # Packet too large
 
 DEFAULT_MAX = 268_435_460
@@ -230,7 +231,7 @@ PUBLISH = (
       "one byte of packet id"),
     C("publish-v5-missing-property-length", 5, "30 05 | 00 03 61 2f 62", M,
       "no property length"),
-    C("publish-v5-topic-alias-zero", 5, "30 09 | 00 03 61 2f 62 | 03 | 23 00 00", P,
+    C("publish-v5-topic-alias-zero", 5, "30 09 | 00 03 61 2f 62 | 03 | 23 00 00", A,
       "topic alias 0 [MQTT-3.3.2-8]"),
     C("publish-v5-subscription-id-zero", 5, "30 08 | 00 03 61 2f 62 | 02 | 0b 00", P,
       "subscription identifier 0"),
