@@ -87,6 +87,7 @@ class Broker:
         self.sys = SysPublisher(config.sys.interval, now)
         self.started_at = now
         self.clients_connected = 0
+        self.links_connected = 0  # in-process links among clients_connected
         self.clients_maximum = 0
         self.gated_acks = self.hooks.durable
 
@@ -235,6 +236,7 @@ class Broker:
         if session is None or session.connection is not conn:
             return
         self.clients_connected -= 1
+        self.links_connected -= conn.listener in INTERNAL_LISTENERS
         session.connection = None
         session.disconnected_at = now
         if session.will is not None and not conn.will_suppressed:

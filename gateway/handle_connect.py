@@ -22,7 +22,7 @@ from gateway.codec.packets import (
     Properties,
 )
 from gateway.codec.reason_codes import ReasonCode, v3_connack_code
-from gateway.hooks import Access
+from gateway.hooks import INTERNAL_LISTENERS, Access
 from gateway.session import NEVER_EXPIRES, ClientInfo, Connection, Session
 
 if TYPE_CHECKING:
@@ -52,7 +52,11 @@ def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) ->
                            conn.anonymous_allowed)
     if refusal is None and props.authentication_method is not None:
         refusal = ReasonCode.BAD_AUTHENTICATION_METHOD
-    if refusal is None and broker.clients_connected >= broker.limits.max_connections:
+    # In-process links (bridge, uplink) are part of the gateway, not clients: they neither
+    # count towards nor are refused by max_connections.
+    internal = conn.listener in INTERNAL_LISTENERS
+    if (refusal is None and not internal
+            and broker.clients_connected - broker.links_connected >= broker.limits.max_connections):
         refusal = ReasonCode.SERVER_BUSY
     keep_alive = packet.keep_alive
     server_keep_alive: int | None = None
@@ -93,6 +97,7 @@ def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) ->
     session.will = packet.will
     conn.session = session
     broker.clients_connected += 1
+    broker.links_connected += internal
     broker.clients_maximum = max(broker.clients_maximum, broker.clients_connected)
     connack_props = NO_PROPERTIES
     if v5:

@@ -27,3 +27,16 @@ def test_link_publishes_to_clients_and_receives_from_them() -> None:
     assert received == [("devices/m1/set", b"7", 1, False)]
     link.close()
     assert "bridge" not in h.broker.sessions
+
+
+def test_links_do_not_count_towards_max_connections() -> None:
+    h = Harness(max_connections=1)
+    bridge = Link(h.broker, "bridge", lambda: h.now)
+    Link(h.broker, "uplink", lambda: h.now)
+    _, first = h.connect("first")
+    _, second = h.connect("second")
+    assert [p.reason_code for p in first.packets()] == [0]  # type: ignore[attr-defined]
+    assert [p.reason_code for p in second.packets()] == [3]  # type: ignore[attr-defined]
+    bridge.close()
+    assert h.broker.links_connected == 1
+    assert h.broker.clients_connected == 2
