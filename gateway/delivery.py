@@ -17,7 +17,7 @@ Pure and synchronous: `now` comes from the caller.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gateway.codec import encode
 from gateway.codec.packets import Publish, PubRel
@@ -317,12 +317,8 @@ class Dispatcher:
         elif len(conn.aliases_out) < conn.client_topic_alias_maximum:
             alias = len(conn.aliases_out) + 1
             conn.aliases_out[message.topic] = alias
-        props = replace(
-            message.properties,
-            topic_alias=alias,
-            subscription_identifiers=delivery.subscription_ids,
-            message_expiry_interval=message.remaining_expiry(now),
-        )
+        props = message.v5_properties(delivery.subscription_ids, message.remaining_expiry(now),
+                                      alias)
         packet = Publish(
             topic, message.payload, delivery.qos, delivery.retain, delivery.sent,
             delivery.packet_id or None, props,

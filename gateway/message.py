@@ -96,22 +96,28 @@ class Message:
         out[pid_offset + 1] = packet_id & 0xFF
         return bytes(out)
 
+    def v5_properties(
+        self, subscription_ids: tuple[int, ...], remaining: int | None,
+        topic_alias: int | None = None,
+    ) -> Properties:
+        """The properties of one outgoing 5.0 copy: the subscriber's subscription ids, the
+        expiry left, and the connection's topic alias (none of which the publisher sent)."""
+        props = self.properties
+        if subscription_ids or remaining != props.message_expiry_interval or topic_alias:
+            props = replace(props, subscription_identifiers=subscription_ids,
+                            message_expiry_interval=remaining, topic_alias=topic_alias)
+        return props
+
     def _encode_shape(
         self, version: int, with_id: bool, subscription_ids: tuple[int, ...], remaining: int | None
     ) -> tuple[bytes, int]:
-        props = self.properties
-        if version == MQTT_5 and (
-            subscription_ids or remaining != props.message_expiry_interval
-        ):
-            props = replace(
-                props, subscription_identifiers=subscription_ids, message_expiry_interval=remaining
-            )
         packet = Publish(
             topic=self.topic,
             payload=self.payload,
             qos=1 if with_id else 0,
             packet_id=1 if with_id else None,
-            properties=props if version == MQTT_5 else NO_PROPERTIES,
+            properties=self.v5_properties(subscription_ids, remaining)
+            if version == MQTT_5 else NO_PROPERTIES,
         )
         data = encode(packet, version)
         header = 2
