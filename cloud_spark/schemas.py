@@ -34,7 +34,8 @@ TS, DATE, INT = TimestampType(), DateType(), IntegerType()
 #: the message id, as columns
 ID_COLUMNS = ("gateway", "epoch", "seq")
 
-BRONZE = _schema(
+#: what the lander writes for each message (bronze, and quarantine keeps it whole)
+_LANDED = (
     ("gateway", S),
     ("epoch", S),
     ("seq", L),
@@ -45,6 +46,10 @@ BRONZE = _schema(
     ("payload_encoding", S),
     ("ingest_ms", L),
     ("lander_id", S),
+)
+
+BRONZE = _schema(
+    *_LANDED,
     ("_corrupt_record", S),
     ("ingest_date", DATE),
     ("ingest_hour", INT),
@@ -138,16 +143,7 @@ UPLINK_DIAGNOSTICS = _schema(
 )
 
 QUARANTINE = _schema(
-    ("gateway", S),
-    ("epoch", S),
-    ("seq", L),
-    ("local_topic", S),
-    ("received_ms", L),
-    ("remote_topic", S),
-    ("payload", S),
-    ("payload_encoding", S),
-    ("ingest_ms", L),
-    ("lander_id", S),
+    *_LANDED,
     ("reason", S),
     ("copies", L),
     ("ingest_date", DATE),

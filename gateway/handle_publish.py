@@ -149,9 +149,15 @@ def refuse_publish(broker: Broker, conn: Connection, packet: Publish, reason: in
 
 def on_puback(broker: Broker, conn: Connection, packet: PubAck, now: float) -> None:
     """PUBACK from a subscriber: the QoS 1 delivery is done."""
+    _delivery_done(broker, conn, packet.packet_id, 1, now)
+
+
+def _delivery_done(broker: Broker, conn: Connection, packet_id: int, qos: int,
+                   now: float) -> None:
+    """The subscriber's last acknowledgement of a QoS `qos` delivery: forget it, send more."""
     session = conn.session
     assert session is not None
-    delivery = session.outbound.acknowledge(packet.packet_id, 1)
+    delivery = session.outbound.acknowledge(packet_id, qos)
     if delivery is not None:
         if session.persistent:
             broker.hooks.qos_completed(session.client_id, delivery)
@@ -202,10 +208,4 @@ def on_pubrel(broker: Broker, conn: Connection, packet: PubRel) -> None:
 
 def on_pubcomp(broker: Broker, conn: Connection, packet: PubComp, now: float) -> None:
     """PUBCOMP from a subscriber: the QoS 2 delivery is done."""
-    session = conn.session
-    assert session is not None
-    delivery = session.outbound.acknowledge(packet.packet_id, 2)
-    if delivery is not None:
-        if session.persistent:
-            broker.hooks.qos_completed(session.client_id, delivery)
-        broker.dispatch.pump(session, now)
+    _delivery_done(broker, conn, packet.packet_id, 2, now)
