@@ -245,6 +245,8 @@ CLOCK_SKEW = _schema(
     ("max_skew_s", D),
     ("median_skew_s", D),
     ("gateway_ahead", L),
+    ("median_ingest_lag_s", D),
+    ("max_ingest_lag_s", D),
     ("event_date", DATE),
 )
 

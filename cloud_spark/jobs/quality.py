@@ -158,10 +158,13 @@ def stuck(points: DataFrame, stuck_after_ms: int, min_samples: int) -> DataFrame
 
 
 def clock_skew(points: DataFrame, skew_threshold_ms: int) -> DataFrame:
-    """Per device and day: device-vs-gateway skew statistics and gateway-ahead count."""
+    """Per device and day: device-vs-gateway skew statistics, gateway-ahead count, and the
+    lag from event time to ingest time (what an outage's backlog adds)."""
     skew = (F.col("received_ms") - F.col("event_ms")) / 1000.0
     ahead = (F.col("received_ms") - F.col("ingest_ms")) > skew_threshold_ms
-    timed = points.where(F.col("received_ms").isNotNull()).withColumn("_skew", skew)
+    lag = (F.col("ingest_ms") - F.col("event_ms")) / 1000.0
+    timed = (points.where(F.col("received_ms").isNotNull())
+             .withColumn("_skew", skew).withColumn("_lag", lag))
     return timed.groupBy("gateway", "device", "event_date").agg(
         F.count(F.lit(1)).alias("samples"),
         F.count_if(F.abs(F.col("_skew")) > skew_threshold_ms / 1000.0).alias("skewed"),
@@ -169,6 +172,8 @@ def clock_skew(points: DataFrame, skew_threshold_ms: int) -> DataFrame:
         F.max("_skew").alias("max_skew_s"),
         F.percentile_approx("_skew", 0.5).alias("median_skew_s"),
         F.count_if(ahead).alias("gateway_ahead"),
+        F.percentile_approx("_lag", 0.5).alias("median_ingest_lag_s"),
+        F.max("_lag").alias("max_ingest_lag_s"),
     )
 
 

@@ -252,9 +252,10 @@ def run(spark: SparkSession, root: str, out: str, params: SilverParams) -> dict[
             .agg(F.count(F.lit(1)).alias("rows"), F.sum("copies").alias("copies"))
             .collect()
         )
+        late = frames["points"].where(F.col("is_late")).count()
     finally:
         parsed.unpersist()
-    result = {"rows": 0, "bronze_rows": 0, "quarantined": 0}
+    result = {"rows": 0, "bronze_rows": 0, "quarantined": 0, "late": late}
     for row in counts:
         result["rows"] += row["rows"]
         result["bronze_rows"] += row["copies"]

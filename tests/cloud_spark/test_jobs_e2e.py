@@ -118,4 +118,5 @@ def test_a_silver_run_over_missing_bronze_writes_empty_tables(
         str(tmp_path / "out"),
         job_params("silver", argparse.Namespace()),
     )
-    assert result == {"rows": 0, "bronze_rows": 0, "quarantined": 0, "duplicates_removed": 0}
+    assert result == {"rows": 0, "bronze_rows": 0, "quarantined": 0, "late": 0,
+                      "duplicates_removed": 0}

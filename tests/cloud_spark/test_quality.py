@@ -169,6 +169,8 @@ def test_clock_skew(spark: SparkSession) -> None:
             "max_skew_s",
             "median_skew_s",
             "gateway_ahead",
+            "median_ingest_lag_s",
+            "max_ingest_lag_s",
         ),
         [
             Row(
@@ -179,6 +181,8 @@ def test_clock_skew(spark: SparkSession) -> None:
                 max_skew_s=200.0,
                 median_skew_s=1.0,
                 gateway_ahead=1,
+                median_ingest_lag_s=0.1,  # ingest 100 ms after the event (frames.point)
+                max_ingest_lag_s=121.0,
             ),
         ],
     )
