@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from gateway import handle_connect, handle_publish, handle_subscribe
 from gateway.codec import encode
-from gateway.codec.errors import MQTTProtocolError
+from gateway.codec.errors import MQTTProtocolError, PacketTooLarge
 from gateway.codec.packets import (
     MQTT_5,
     NO_PROPERTIES,
@@ -217,6 +217,8 @@ class Broker:
 
     def decode_error(self, conn: Connection, error: MQTTProtocolError) -> None:
         """The codec refused bytes from `conn`."""
+        if isinstance(error, PacketTooLarge):  # logged below with the sizes
+            self.counters.packets_limited += 1
         if conn.session is None and error.protocol_level == MQTT_5 and not conn.closed:
             # A v5 CONNECT that does not parse: a CONNACK carrying the reason, then close.
             log.info("bad CONNECT from %s: %s", conn.peer, error.reason)
@@ -344,7 +346,11 @@ class Broker:
                 continue
             if conn.session is None:
                 if now - conn.opened_at > timeout:
-                    log.info("no CONNECT from %s within %.0f s: closing", conn.peer, timeout)
+                    self.counters.refused_timeout += 1
+                    count = self.counters.refused_timeout
+                    if count <= 10 or count % 100 == 0:  # the first ten, then every hundredth
+                        log.info("no CONNECT from %s within %g s: closing "
+                                 "(limits.connect_timeout; %d so far)", conn.peer, timeout, count)
                     conn.sink.close()
                     conn.closed = True
             elif conn.keep_alive and now - conn.last_seen > conn.keep_alive * 1.5:

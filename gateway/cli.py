@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import tomllib
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from bridge import cli as bridge_cli
 from gateway.config import Config, ConfigError, ListenerConfig, load_config, parse_host_port
@@ -176,16 +179,48 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    """`outpost check-config FILE`: exit 0 when valid, else print every error and exit 2."""
-    from gateway.listeners import check_security_files
+    """`outpost check-config FILE`: exit 0 when valid, else print every error and exit 2.
 
+    Every error: the file's own (TOML, keys and values), then every problem with the password
+    files, ACL files and certificates of each listener whose section is valid on its own, even
+    when other parts of the file are not.
+    """
+    from gateway.listeners import listener_file_errors
+
+    listeners: list[tuple[int, ListenerConfig]]
     try:
-        check_security_files(load_config(args.file))  # password files, ACLs, certificates
+        config = load_config(args.file)
     except ConfigError as exc:
-        _print_config_errors(exc)
+        errors = list(exc.errors)
+        listeners = _valid_listeners(args.file)
+    else:
+        errors = []
+        listeners = list(enumerate(config.listeners))
+    errors += listener_file_errors(listeners)
+    if errors:
+        _print_config_errors(ConfigError(str(args.file), errors))
         return 2
     print(f"{args.file}: OK")
     return 0
+
+
+def _valid_listeners(path: Path) -> list[tuple[int, ListenerConfig]]:
+    """(index, listener) for each `[[listeners]]` entry of `path` that validates on its own."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return []
+    entries = data.get("listeners")
+    if not isinstance(entries, list):
+        return []
+    valid: list[tuple[int, ListenerConfig]] = []
+    for index, entry in enumerate(entries):
+        try:
+            listener = ListenerConfig.model_validate(entry, context={"base_dir": path.parent})
+        except ValidationError:
+            continue
+        valid.append((index, listener))
+    return valid
 
 
 def cmd_passwd(args: argparse.Namespace) -> int:

@@ -424,6 +424,9 @@ def load_config(path: Path | None) -> Config:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read file: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"not UTF-8 text (byte {exc.start}): TOML files are UTF-8"]
+                          ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -52,10 +52,13 @@ class Counters:
     refused_rate: int = 0  # sockets closed: the address connects too fast
     refused_source: int = 0  # sockets closed: too many connections from the address
     refused_pending: int = 0  # sockets closed: too many connections before CONNECT
+    refused_busy: int = 0  # CONNECTs refused with 0x89: max_connections clients connected
+    refused_timeout: int = 0  # sockets closed: no CONNECT within connect_timeout
     tls_failed: int = 0  # TLS handshakes that failed
     ws_refused: int = 0  # WebSocket upgrade requests refused
     topic_limited: int = 0  # PUBLISH / SUBSCRIBE / will topics over the length or level limit
     subscriptions_limited: int = 0  # SUBSCRIBE filters over max_subscriptions_per_client
+    packets_limited: int = 0  # incoming packets over max_packet_size (0x95, closed)
 
 
 class Dispatcher:

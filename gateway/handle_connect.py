@@ -58,6 +58,13 @@ def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) ->
     if (refusal is None and not internal
             and broker.clients_connected - broker.links_connected >= broker.limits.max_connections):
         refusal = ReasonCode.SERVER_BUSY
+        broker.counters.refused_busy += 1
+        count = broker.counters.refused_busy
+        if count <= 10 or count % 100 == 0:  # the first ten, then every hundredth
+            log.warning(
+                "refused %s from %s: %d clients connected (limits.max_connections; %d refused "
+                "so far)", client_id, conn.peer, broker.limits.max_connections, count,
+            )
     keep_alive = packet.keep_alive
     server_keep_alive: int | None = None
     max_keepalive = broker.limits.max_keepalive

@@ -35,16 +35,18 @@ import contextlib
 import logging
 import math
 import os
+import socket
 import ssl
 import stat
 from asyncio import sslproto
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from gateway import websocket
-from gateway.acl import AclError, parse_acl
+from gateway.acl import AccessList, AclError, parse_acl
 from gateway.auth import (
     ConnectionLimiter,
     ListenerPolicy,
@@ -55,7 +57,14 @@ from gateway.auth import (
 )
 from gateway.codec.packets import Connect
 from gateway.codec.reason_codes import ReasonCode
-from gateway.config import Config, ConfigError, ListenerConfig, is_loopback, listener_labels
+from gateway.config import (
+    TLS_TYPES,
+    Config,
+    ConfigError,
+    ListenerConfig,
+    is_loopback,
+    listener_labels,
+)
 from gateway.hooks import BrokerHooks, HookChain
 from gateway.passwords import (
     DEFAULT_ITERATIONS,
@@ -98,46 +107,95 @@ def find_security(hooks: BrokerHooks) -> Security | None:
     return None
 
 
-def _read(path: Path, key: str) -> str:
-    try:
+class _FileReader:
+    """Parses password and ACL files once each, collecting every problem with its key path."""
+
+    def __init__(self) -> None:
+        self.passwords: dict[Path, PasswordDB | str] = {}  # parsed, or the problem
+        self.acls: dict[Path, AccessList | str] = {}
+        self.errors: list[str] = []  # `listeners.N.key: message`, in config order
+        self.bad_files: list[Path] = []
+
+    def _problem(self, key: str, path: Path, problem: str) -> None:
+        self.errors.append(f"{key}: {problem}")
+        if path not in self.bad_files:
+            self.bad_files.append(path)
+
+    @staticmethod
+    def _text(path: Path) -> str:
         return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), [f"{key}: cannot read {path}: {exc}"]) from None
+
+    def read(self, index: int, listener: ListenerConfig
+             ) -> tuple[PasswordDB | None, AccessList | None]:
+        """The listener's parsed files (None where absent or invalid; see `errors`)."""
+        passwords: PasswordDB | None = None
+        path = listener.password_file
+        if path is not None:
+            if path not in self.passwords:
+                try:
+                    db = PasswordDB(parse_password_text(self._text(path)), str(path))
+                except (OSError, UnicodeDecodeError) as exc:
+                    self.passwords[path] = f"cannot read {path}: {exc}"
+                except PasswordFileError as exc:
+                    self.passwords[path] = f"{path}: {exc}"
+                else:
+                    self.passwords[path] = db
+                    _warn_password_file(path, db)
+            found = self.passwords[path]
+            if isinstance(found, str):
+                self._problem(f"listeners.{index}.password_file", path, found)
+            else:
+                passwords = found
+        acl: AccessList | None = None
+        path = listener.acl_file
+        if path is not None:
+            if path not in self.acls:
+                try:
+                    self.acls[path] = parse_acl(self._text(path))
+                except (OSError, UnicodeDecodeError) as exc:
+                    self.acls[path] = f"cannot read {path}: {exc}"
+                except AclError as exc:
+                    self.acls[path] = f"{path}: {exc}"
+            found_acl = self.acls[path]
+            if isinstance(found_acl, str):
+                self._problem(f"listeners.{index}.acl_file", path, found_acl)
+            else:
+                acl = found_acl
+        return passwords, acl
+
+    def raise_errors(self) -> None:
+        """`ConfigError` listing every problem found so far (none: return)."""
+        if self.errors:
+            source = str(self.bad_files[0]) if len(self.bad_files) == 1 else "listener files"
+            raise ConfigError(source, list(self.errors))
 
 
 def read_policies(config: Config) -> list[ListenerPolicy]:
-    """Read every listener's password file and ACL file; raises `ConfigError` (key, line)."""
+    """Read every listener's password file and ACL file.
+
+    Raises `ConfigError` listing every unreadable or invalid file (key path, file, line).
+    """
+    reader = _FileReader()
     policies: list[ListenerPolicy] = []
-    parsed_passwords: dict[Path, PasswordDB] = {}
-    parsed_acls: dict[Path, Any] = {}
     labels = listener_labels(list(config.listeners))
     for index, (listener, label) in enumerate(zip(config.listeners, labels, strict=True)):
-        passwords = None
-        if listener.password_file is not None:
-            path = listener.password_file
-            key = f"listeners.{index}.password_file"
-            if path not in parsed_passwords:
-                try:
-                    entries = parse_password_text(_read(path, key))
-                except PasswordFileError as exc:
-                    raise ConfigError(str(path), [f"{key}: {path}: {exc}"]) from None
-                parsed_passwords[path] = PasswordDB(entries, str(path))
-                _warn_password_file(path, parsed_passwords[path])
-            passwords = parsed_passwords[path]
-        acl = None
-        if listener.acl_file is not None:
-            path = listener.acl_file
-            key = f"listeners.{index}.acl_file"
-            if path not in parsed_acls:
-                try:
-                    parsed_acls[path] = parse_acl(_read(path, key))
-                except AclError as exc:
-                    raise ConfigError(str(path), [f"{key}: {path}: {exc}"]) from None
-            acl = parsed_acls[path]
+        passwords, acl = reader.read(index, listener)
         policies.append(ListenerPolicy(
             label, listener.anonymous_allowed, passwords, acl, listener.use_identity_as_username
         ))
+    reader.raise_errors()
     return policies
+
+
+def listener_file_errors(listeners: Iterable[tuple[int, ListenerConfig]]) -> list[str]:
+    """Every problem with the password files, ACL files and certificates of `listeners`
+    ((index in the config, listener) pairs), as `listeners.N.key: message` lines
+    (`outpost check-config`: also for the listeners of a config that is otherwise invalid)."""
+    reader = _FileReader()
+    for index, listener in listeners:
+        reader.read(index, listener)
+        reader.errors += certificate_errors(index, listener)
+    return reader.errors
 
 
 def _warn_password_file(path: Path, db: PasswordDB) -> None:
@@ -161,12 +219,14 @@ class SecurityFiles:
 
     def __call__(self, config: Config) -> list[ListenerPolicy]:
         policies = read_policies(config)
+        errors: list[str] = []
         for label, (context, listener) in self.contexts.items():
             try:
                 _load_certificates(context, listener)
             except (OSError, ssl.SSLError) as exc:
-                raise ConfigError(str(listener.certfile), [
-                    f"listener {label}: cannot load certificate: {exc}"]) from None
+                errors.append(f"listener {label}: cannot load certificate: {exc}")
+        if errors:
+            raise ConfigError("certificates", errors)
         return policies
 
 
@@ -176,16 +236,23 @@ def load_security(config: Config) -> Security:
     return Security(read_policies(config), loader=files)
 
 
-def check_security_files(config: Config) -> None:
-    """Parse every password file, ACL file and certificate (`outpost check-config`)."""
-    read_policies(config)
-    for listener in config.listeners:
-        if listener.type in ("tls", "wss"):
-            try:
-                tls_context(listener)
-            except (OSError, ssl.SSLError) as exc:
-                raise ConfigError(str(listener.certfile), [
-                    f"listener {listener.bind}: cannot load certificate: {exc}"]) from None
+def certificate_errors(index: int, listener: ListenerConfig) -> list[str]:
+    """Problems loading a tls/wss listener's certificate, key and CA bundle (key paths)."""
+    if listener.type not in TLS_TYPES:
+        return []
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    errors: list[str] = []
+    try:
+        context.load_cert_chain(str(listener.certfile), str(listener.keyfile))
+    except (OSError, ssl.SSLError) as exc:
+        errors.append(f"listeners.{index}.certfile: cannot load the certificate "
+                      f"{listener.certfile} with the key {listener.keyfile}: {exc}")
+    if listener.cafile is not None:
+        try:
+            context.load_verify_locations(cafile=str(listener.cafile))
+        except (OSError, ssl.SSLError) as exc:
+            errors.append(f"listeners.{index}.cafile: cannot load {listener.cafile}: {exc}")
+    return errors
 
 
 # -- TLS -----------------------------------------------------------------------------------
@@ -680,7 +747,17 @@ def _remove_stale_socket(path: Path) -> None:
         return
     if not stat.S_ISSOCK(mode):
         raise OSError(f"{path} exists and is not a socket: refusing to replace it")
-    path.unlink()
+    # A socket someone still accepts on belongs to a running broker: never steal it.
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(str(path))
+    except OSError:
+        path.unlink()  # nobody listens: left behind by a process that died
+    else:
+        raise OSError(f"{path} is in use by another process: refusing to replace it")
+    finally:
+        probe.close()
 
 
 def needs_read_check(hooks: BrokerHooks) -> bool:

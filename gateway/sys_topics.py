@@ -25,10 +25,13 @@ SECURITY_COUNTERS = (
     ("clients/refused/rate", "refused_rate"),
     ("clients/refused/source", "refused_source"),
     ("clients/refused/pending", "refused_pending"),
+    ("clients/refused/busy", "refused_busy"),
+    ("clients/refused/timeout", "refused_timeout"),
     ("clients/refused/tls", "tls_failed"),
     ("clients/refused/websocket", "ws_refused"),
     ("limits/topic", "topic_limited"),
     ("limits/subscriptions", "subscriptions_limited"),
+    ("limits/packet_size", "packets_limited"),
 )
 
 

@@ -6,7 +6,7 @@
   config (no `--listen` override); learns every bound address from the `listening on` lines.
 - `RawClient` subclasses that connect from a chosen source address (`127.0.0.2` ... are all
   loopback on Linux), over TLS, over a WebSocket (`WSSocket`), or over a unix socket.
-- `paho_client(...)`: paho-mqtt 2.x for TCP, TLS, WebSocket and secure WebSocket.
+- `Paho(...)`: paho-mqtt 2.x over TCP, TLS, WebSocket, secure WebSocket and unix sockets.
 """
 
 from __future__ import annotations
@@ -408,7 +408,7 @@ def ws_client(address: Address, version: int = MQTT_3_1_1, pki: PKI | None = Non
 
 
 class Paho:
-    """paho-mqtt 2.x over tcp / tls / websockets with blocking helpers."""
+    """paho-mqtt 2.x over tcp / tls / websockets / unix sockets with blocking helpers."""
 
     def __init__(self, address: Address, client_id: str, *, pki: PKI | None = None,
                  cert: str | None = None, username: str | None = None,
@@ -417,7 +417,8 @@ class Paho:
         import paho.mqtt.client as mqtt
         from paho.mqtt.enums import CallbackAPIVersion
 
-        transport = "websockets" if address.kind in ("ws", "wss") else "tcp"
+        transport = {"ws": "websockets", "wss": "websockets", "unix": "unix"}.get(
+            address.kind, "tcp")
         self.address = address
         self.client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2,
                                   client_id=client_id, transport=transport,
@@ -457,7 +458,10 @@ class Paho:
 
     def connect(self) -> int:
         """Connect and wait for CONNACK; returns its code (v5 reason code numbering)."""
-        self.client.connect(self.address.host, self.address.port, 30)
+        if self.address.kind == "unix":  # paho: host is the socket path, the port unused
+            self.client.connect(self.address.path, 1883, 30)
+        else:
+            self.client.connect(self.address.host, self.address.port, 30)
         self.client.loop_start()
         self.started = True
         wait_for(lambda: self.connack, message="paho: no CONNACK")

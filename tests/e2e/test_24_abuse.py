@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.codec import MQTT_5, Connect, PubAck, Publish, SubAck, encode
+from gateway.codec import MQTT_5, ConnAck, Connect, Disconnect, PubAck, Publish, SubAck, encode
 from tests.auth.support import (
     SecureBroker,
     WSSocket,
@@ -131,6 +131,52 @@ def test_03_subscription_and_topic_limits(broker):
     wait_for(lambda: outpost_counter(address, "limits/subscriptions") >= 1)
     wait_for(lambda: outpost_counter(address, "limits/topic") >= 3)
     assert "over the limit" in broker.log()
+
+
+def test_05_connections_timeout_and_packet_size_are_counted(tmp_path):
+    broker = start_secure_broker(tmp_path / "b", (
+        "[limits]\nmax_connections = 2\nconnect_timeout = 0.5\nmax_packet_size = 1024\n"
+        '[[listeners]]\nbind = "127.0.0.1:0"\n'), 1)
+    address = broker.of("tcp")
+
+    def accepted() -> bool:
+        with tcp_client(address) as probe:
+            return probe.connect("") == ACCEPTED
+
+    try:
+        with tcp_client(address) as a, tcp_client(address) as b, \
+                tcp_client(address, version=MQTT_5) as c5, tcp_client(address) as c3:
+            assert a.connect("c24-05-a") == ACCEPTED and b.connect("c24-05-b") == ACCEPTED
+            refused = c5.decode(c5.connect("c24-05-c5"))
+            assert isinstance(refused, ConnAck) and refused.reason_code == 0x89  # Server busy
+            assert c3.connect("c24-05-c3") == bytes.fromhex("20020003")  # Server unavailable
+            a.disconnect()
+            b.disconnect()
+        wait_for(accepted)
+        # a socket that never sends CONNECT is closed after connect_timeout
+        silent = tcp_socket(address.host, address.port)
+        with contextlib.closing(silent):
+            silent.settimeout(5)
+            assert silent.recv(1) == b""
+        # a packet over max_packet_size: DISCONNECT 0x95 (3.1.1: closed)
+        with tcp_client(address, version=MQTT_5) as big5, tcp_client(address) as big3:
+            ack = big5.decode(big5.connect("c24-05-big5"))
+            assert isinstance(ack, ConnAck) and ack.reason_code == 0
+            big5.send(Publish("c24/05", b"x" * 2000, qos=0))
+            disconnect = big5.decode(big5.expect_closed())
+            assert isinstance(disconnect, Disconnect) and disconnect.reason_code == 0x95
+            assert big3.connect("c24-05-big3") == ACCEPTED
+            big3.send(Publish("c24/05", b"x" * 2000, qos=0))
+            assert big3.expect_closed() == b""
+        wait_for(lambda: outpost_counter(address, "clients/refused/busy") >= 2)
+        wait_for(lambda: outpost_counter(address, "clients/refused/timeout") >= 1)
+        wait_for(lambda: outpost_counter(address, "limits/packet_size") == 2)
+        log = broker.log()
+        assert "refused c24-05-c5 from" in log and "(limits.max_connections; 1 refused" in log
+        assert "(limits.connect_timeout; 1 so far)" in log
+        assert "packet of 20" in log and "exceeds the maximum of 1024" in log
+    finally:
+        broker.stop()
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes:
