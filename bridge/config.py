@@ -3,8 +3,9 @@
 How this works: plain pydantic v2 models with `extra="forbid"`, so every mistake comes back from
 `outpost check-config` with its key path (`bridge.devices.0.points.3.type: ...`). Checks that
 involve several entries (overlapping points, duplicate names, unknown buses, unit ids used
-twice on a bus) are field validators on the list that holds them, so their path names the list
-and the message names the entries (`points.4 'current' overlaps points.3 'voltage'`).
+twice on a bus, one RTU-over-TCP converter behind two buses) are field validators on the list
+that holds them, so their path names the list and the message names the entries
+(`points.4 'current' overlaps points.3 'voltage'`).
 
 A device's points may live in an included file (`map = "maps/sdm630.toml"`, relative to the
 main config file): the file holds `points` and optional device defaults (`address_base`,
@@ -286,6 +287,28 @@ def _overlaps(points: list[PointConfig], base: int) -> list[str]:
     return problems
 
 
+def _shared_converters(buses: list[BusConfig]) -> list[str]:
+    """An RTU-over-TCP converter is one serial line: it must be one bus (one lock).
+
+    Modbus TCP endpoints may be shared (a TCP gateway takes several connections and the MBAP
+    transaction id keeps their answers apart); an endpoint that is `rtu-over-tcp` for any bus
+    may not: two buses would each take their own lock and interleave requests on one RS-485
+    line.
+    """
+    problems = []
+    seen: dict[tuple[str, int], int] = {}
+    for i, bus in enumerate(buses):
+        if bus.type == "rtu" or not bus.host:
+            continue
+        endpoint = (bus.host.lower().rstrip("."), bus.port)
+        first = seen.setdefault(endpoint, i)
+        if first != i and "rtu-over-tcp" in (bus.type, buses[first].type):
+            problems.append(f"buses.{i} {bus.name!r}: {bus.host}:{bus.port} is already used "
+                            f"by buses.{first} {buses[first].name!r}; an RTU-over-TCP "
+                            f"converter is one serial line: put its devices on one bus")
+    return problems
+
+
 def load_map(base: Path, name: str) -> dict[str, Any]:
     """Read an included device map; problems are raised as one ValueError naming the file."""
     path = base / name
@@ -327,6 +350,7 @@ class BridgeConfig(_Model):
     def _bus_names(cls, buses: list[BusConfig]) -> list[BusConfig]:
         problems = check_unique([b.name for b in buses], "buses", "bus name")
         problems += check_unique([b.device for b in buses if b.device], "buses", "serial port")
+        problems += _shared_converters(buses)
         if problems:
             raise ValueError("; ".join(problems))
         return buses

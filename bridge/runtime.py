@@ -16,8 +16,19 @@ the retained status honest itself:
 LAN clients see a gateway crash directly: the broker they are connected to is gone.
 
 The composition root also finds two optional hooks here: `status()` (the "devices" section of
-`outpost status` and the status page) and `reload(config)` (SIGHUP with a changed `[bridge]`:
-every device task is stopped and started again from the new configuration on the same link).
+`outpost status` and the status page) and `reload(config)` (SIGHUP with a changed `[bridge]`,
+applied on the same link). A reload restarts only what changed, so unchanged devices never
+flap `offline` -> `online` upstream:
+- a device whose own configuration or whose bus's configuration changed is stopped and started
+  again (a changed bus is closed and opened again); it publishes no `offline` for the restart:
+  a Modbus device publishes its status at its first answer (or after `offline_after`
+  failures), a serial device keeps the state it had until the new reader says otherwise;
+- a removed device is stopped and its status set to `offline` (it is gone);
+- a new device is started like at start: status `offline` until its first answer;
+- an unchanged device on an unchanged bus keeps running and publishes no status at all;
+- `qos` / `retain` apply to the next publish, a changed `diagnostics_interval` restarts only
+  the diagnostics task; a changed `prefix` (every topic moves) restarts everything.
+Reloads run one after the other, each against the configuration the previous one left.
 
 Writes arrive as `<prefix>/<device>/<point>/set` with `{"id": ..., "value": ...}`; each runs
 as its own task (the bus serialises it with the polls) and answers on `.../set/result` with
@@ -33,10 +44,11 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from bridge.config import BridgeConfig
+from bridge.config import BridgeConfig, DeviceConfig
 from bridge.modbus.bus import Counters, ModbusBus
 from bridge.modbus.poller import DevicePoller, WriteError
 from bridge.report import OFFLINE, ONLINE, diagnostics_payload
+from bridge.serial.config import SerialDeviceConfig
 from bridge.serial.reader import CommandError, SerialLineDevice
 from gateway.broker import Broker
 from gateway.links import Link
@@ -55,9 +67,12 @@ class Bridge:
         self.broker = broker
         self.wallclock = wallclock
         self.link: Link | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._writes: set[asyncio.Task[None]] = set()
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # device name -> its supervised task
+        self._diag: asyncio.Task[None] | None = None
+        self._writes: dict[asyncio.Task[None], str] = {}  # write task -> device name
         self._reloading: asyncio.Task[None] | None = None
+        self._target: BridgeConfig | None = None  # the configuration the last reload asked for
+        self._limbo: set[str] = set()  # devices a reload is stopping right now
         self.published = 0
         self.restart_delay = RESTART_DELAY
         self._configure(config)
@@ -79,41 +94,40 @@ class Bridge:
         if self.link is None:
             self.link = Link(self.broker, CLIENT_ID, loop.time, self._on_message)
         for device in self.config.devices:
-            self.pollers[device.name] = DevicePoller(
-                device, self.buses[device.bus], self.prefix, self._publish_point,
-                self._publish_status, self.wallclock)
+            self.pollers[device.name] = self._poller(device)
         for serial_device in self.config.serial:
-            self.serial[serial_device.name] = SerialLineDevice(
-                serial_device, self.prefix, self._publish_point, self._publish_status,
-                self.wallclock)
+            self.serial[serial_device.name] = self._reader(serial_device)
         for name in self.device_names:
             self._publish_status(name, False)
         self.link.subscribe(f"{self.prefix}/+/+/set", qos=1)
-        for name, poller in self.pollers.items():
-            self._spawn(name, poller.run)
-        for name, reader in self.serial.items():
-            self._spawn(name, reader.run)
-        if self.config.diagnostics_interval > 0 and self.device_names:
-            self._tasks.append(asyncio.create_task(self._diagnostics(), name="bridge-diag"))
+        for name in self.device_names:
+            self._spawn(name)
+        self._start_diagnostics()
         log.info("bridge: %d Modbus device(s) on %d bus(es), %d serial device(s)",
                  len(self.pollers), len(self.buses), len(self.serial))
 
     async def stop(self, detach: bool = True) -> None:
         """Stop polling, publish every device offline, detach."""
-        tasks = [*self._tasks, *self._writes]
         if detach and self._reloading is not None:
-            tasks.append(self._reloading)
+            self._reloading.cancel()
+            await asyncio.gather(self._reloading, return_exceptions=True)
+            self._reloading = None
+        tasks = [*self._tasks.values(), *self._writes]
+        if self._diag is not None:
+            tasks.append(self._diag)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        self._diag = None
         for bus in self.buses.values():
             bus.channel.close()
         for reader in self.serial.values():
             reader.close()
         if self.link is not None:
-            for name in self.device_names:
+            for name in [*self.device_names, *sorted(self._limbo - set(self.device_names))]:
                 self._publish_status(name, False)
+            self._limbo.clear()
             if detach:
                 self.link.unsubscribe(f"{self.prefix}/+/+/set")
                 self.link.close()
@@ -124,15 +138,120 @@ class Bridge:
     def reload(self, config: Any) -> None:
         """Apply a changed `[bridge]` section (called by the reloader with the new Config)."""
         new: BridgeConfig = getattr(config, "bridge", config)
-        if new == self.config:
+        if new == (self._target or self.config):
             return
-        self._reloading = asyncio.get_running_loop().create_task(self._restart(new))
+        self._target = new
+        previous = self._reloading
+        self._reloading = asyncio.get_running_loop().create_task(self._apply(new, previous),
+                                                                 name="bridge-reload")
 
-    async def _restart(self, config: BridgeConfig) -> None:
-        await self.stop(detach=False)
-        self._configure(config)
-        await self.start()
-        log.info("bridge: reloaded")
+    async def _apply(self, config: BridgeConfig, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        if config == self.config:
+            return
+        try:
+            await self._apply_changes(config)
+        except Exception:
+            log.exception("bridge: reload failed")
+            if self._target == config:
+                self._target = None  # the same file again is worth another try
+
+    async def _apply_changes(self, config: BridgeConfig) -> None:
+        if config.prefix != self.config.prefix:  # every topic moves: start from scratch
+            await self.stop(detach=False)
+            self._configure(config)
+            await self.start()
+            log.info("bridge: reloaded (prefix changed: every device restarted)")
+            return
+        old = self.config
+        buses = {b.name: self.buses[b.name] for b in config.buses
+                 if b.name in self.buses and self.buses[b.name].config == b}
+        old_devices = {d.name: d for d in old.devices}
+        old_serial = {s.name: s for s in old.serial}
+        kept = {d.name for d in config.devices
+                if old_devices.get(d.name) == d and d.bus in buses}
+        kept |= {s.name for s in config.serial if old_serial.get(s.name) == s}
+        new_names = {d.name for d in config.devices} | {s.name for s in config.serial}
+        stopping = [name for name in self.device_names if name not in kept]
+        stopped_pollers = {n: self.pollers.pop(n) for n in stopping if n in self.pollers}
+        stopped_readers = {n: self.serial.pop(n) for n in stopping if n in self.serial}
+        self._limbo.update(stopping)
+        await self._stop_devices(stopping)
+        for reader in stopped_readers.values():
+            reader.close()
+        for name, bus in self.buses.items():
+            if name not in buses:
+                bus.channel.close()
+        for poller in stopped_pollers.values():  # a restarted device counts from zero
+            if poller.device.bus in buses:
+                buses[poller.device.bus].counters.pop(poller.device.unit, None)
+        for name in stopping:
+            if name not in new_names:
+                self._publish_status(name, False)
+
+        self.config = config
+        self.buses = {b.name: buses.get(b.name) or ModbusBus(b) for b in config.buses}
+        pollers: dict[str, DevicePoller] = {}
+        readers: dict[str, SerialLineDevice] = {}
+        started: list[str] = []
+        for device in config.devices:
+            if device.name in kept:
+                pollers[device.name] = self.pollers[device.name]
+                continue
+            pollers[device.name] = self._poller(device)
+            started.append(device.name)
+            if device.name not in stopped_pollers:  # new here: unknown until it answers
+                self._publish_status(device.name, False)
+        for serial_device in config.serial:
+            name = serial_device.name
+            if name in kept:
+                readers[name] = self.serial[name]
+                continue
+            readers[name] = self._reader(serial_device)
+            started.append(name)
+            if name in stopped_readers:
+                readers[name].online = stopped_readers[name].online
+            else:
+                self._publish_status(name, False)
+        self.pollers, self.serial = pollers, readers
+        self._limbo.clear()
+        for name in started:
+            self._spawn(name)
+        if (config.diagnostics_interval != old.diagnostics_interval
+                or (self._diag is None) == self._wants_diagnostics()):
+            if self._diag is not None:
+                self._diag.cancel()
+                await asyncio.gather(self._diag, return_exceptions=True)
+                self._diag = None
+            self._start_diagnostics()
+        log.info("bridge: reloaded (%d device(s) unchanged, %d restarted, %d new, %d removed)",
+                 len(kept), len([n for n in started if n in stopping]),
+                 len([n for n in started if n not in stopping]),
+                 len([n for n in stopping if n not in new_names]))
+
+    async def _stop_devices(self, names: list[str]) -> None:
+        """Cancel the tasks of these devices and their writes in flight, and wait for them."""
+        tasks = [self._tasks.pop(name) for name in names if name in self._tasks]
+        tasks += [task for task, device in self._writes.items() if device in names]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _poller(self, device: DeviceConfig) -> DevicePoller:
+        return DevicePoller(device, self.buses[device.bus], self.prefix, self._publish_point,
+                            self._publish_status, self.wallclock)
+
+    def _reader(self, device: SerialDeviceConfig) -> SerialLineDevice:
+        return SerialLineDevice(device, self.prefix, self._publish_point, self._publish_status,
+                                self.wallclock)
+
+    def _wants_diagnostics(self) -> bool:
+        return self.config.diagnostics_interval > 0 and bool(self.device_names)
+
+    def _start_diagnostics(self) -> None:
+        if self._wants_diagnostics():
+            self._diag = asyncio.create_task(self._diagnostics(), name="bridge-diag")
 
     def status(self) -> dict[str, Any]:
         """The "devices" section of the gateway status (cheap: no I/O)."""
@@ -159,9 +278,10 @@ class Bridge:
             })
         return {"devices": devices}
 
-    def _spawn(self, name: str, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        self._tasks.append(asyncio.create_task(self._supervise(name, run),
-                                               name=f"bridge-{name}"))
+    def _spawn(self, name: str) -> None:
+        run = self.pollers[name].run if name in self.pollers else self.serial[name].run
+        self._tasks[name] = asyncio.create_task(self._supervise(name, run),
+                                                name=f"bridge-{name}")
 
     async def _supervise(self, name: str, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
         while True:
@@ -172,7 +292,7 @@ class Bridge:
                 raise
             except Exception:
                 log.exception("bridge: device %s crashed; restarting in %.1f s", name,
-                              self.restart_delay)
+                              self.restart_delay, extra={"device": name})
                 self._publish_status(name, False)
                 poller = self.pollers.get(name)
                 if poller is not None:
@@ -223,8 +343,11 @@ class Bridge:
         ident = request.get("id")
         task = asyncio.get_running_loop().create_task(
             self._write(device, point, request["value"], ident, result_topic))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        self._writes[task] = device
+        task.add_done_callback(self._write_done)
+
+    def _write_done(self, task: asyncio.Task[None]) -> None:
+        self._writes.pop(task, None)
 
     async def _write(self, device: str, point: str, value: object, ident: object,
                      result_topic: str) -> None:
@@ -236,9 +359,12 @@ class Bridge:
             else:
                 raise WriteError(f"unknown device {device!r}")
         except (WriteError, CommandError) as exc:
-            log.info("bridge: write %s/%s = %r failed: %s", device, point, value, exc)
+            log.info("bridge: write %s/%s = %r failed: %s", device, point, value, exc,
+                     extra={"device": device})
             self._result(result_topic, ident, str(exc))
             return
+        log.info("bridge: write %s/%s = %r done", device, point, value,
+                 extra={"device": device})
         self._result(result_topic, ident, None)
 
     def _result(self, topic: str, ident: object, error: str | None) -> None:

@@ -137,7 +137,14 @@ class ModbusBus:
             except ConnectionError as exc:
                 raise self._unavailable(exc) from None
             counters.requests += 1
-            scan = await self._receive(loop, request, frame, started + self.config.timeout)
+            try:
+                scan = await self._receive(loop, request, frame, started + self.config.timeout)
+            except asyncio.CancelledError:
+                # The device was stopped (a reload) with its answer still owed: on RTU it may
+                # arrive during the next device's transaction, so settle-check like a timeout.
+                if self.rtu:
+                    self._owed += 1
+                raise
             if scan.response is not None:
                 counters.latency_sum += loop.time() - started
                 counters.latency_count += 1

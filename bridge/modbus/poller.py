@@ -108,7 +108,7 @@ class DevicePoller:
                     return False
                 if exc.response and exc.response.exception == 2 and read.unused:
                     log.info("%s: %s refused across a gap; reading without gaps",
-                             self.device.name, exc)
+                             self.device.name, exc, extra={"device": self.device.name})
                     reads[index:index + 1] = split_gaps(read)
                     continue
                 self._answered()
@@ -148,7 +148,7 @@ class DevicePoller:
         self.failures = 0
         if self.online is not True:
             self.online = True
-            log.info("%s: online", self.device.name)
+            log.info("%s: online", self.device.name, extra={"device": self.device.name})
             self.status(self.device.name, True)
 
     def _failed(self, exc: TransactionError) -> None:
@@ -157,7 +157,7 @@ class DevicePoller:
         if self.failures >= self.device.offline_after and self.online is not False:
             self.online = False
             log.warning("%s: offline after %d failures (%s)", self.device.name,
-                        self.failures, exc)
+                        self.failures, exc, extra={"device": self.device.name})
             self.status(self.device.name, False)
             self._mark_bad([p.span for p in self.points.values()], "device offline")
 

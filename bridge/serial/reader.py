@@ -53,7 +53,7 @@ class SerialLineDevice:
         self.publish = publish
         self.status = status
         self.wallclock = wallclock
-        self.online = False  # the runtime publishes every status as offline at start
+        self.online = False  # the runtime publishes offline at start (a reload may carry over)
         self.counters = Counters()
         self.channel = SerialChannel(config.device, config.baudrate, config.bytesize,
                                      config.parity, config.stopbits)
@@ -82,12 +82,13 @@ class SerialLineDevice:
                 await self.channel.open()
             except OSError as exc:
                 log.debug("%s: cannot open %s (%s); retry in %.1f s", self.config.name,
-                          self.config.device, exc, backoff)
+                          self.config.device, exc, backoff, extra={"device": self.config.name})
                 self._set_online(False)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.config.reopen_max)
                 continue
-            log.info("%s: %s open", self.config.name, self.config.device)
+            log.info("%s: %s open", self.config.name, self.config.device,
+                     extra={"device": self.config.name})
             backoff = self.config.reopen_initial
             self.framer.reset()
             poller = asyncio.create_task(self._poll()) if self.config.poll else None
@@ -98,7 +99,7 @@ class SerialLineDevice:
                     poller.cancel()
                 self.channel.close()
             log.warning("%s: %s went away (%s); reopening", self.config.name,
-                        self.config.device, self.channel.lost)
+                        self.config.device, self.channel.lost, extra={"device": self.config.name})
             self._set_online(False)
             await asyncio.sleep(backoff)
 
@@ -112,7 +113,8 @@ class SerialLineDevice:
                     return
                 if silence is not None and loop.time() - last_frame >= silence and self.online:
                     self.counters.timeouts += 1
-                    log.warning("%s: silent for %.1f s", self.config.name, silence)
+                    log.warning("%s: silent for %.1f s", self.config.name, silence,
+                                extra={"device": self.config.name})
                     self._set_online(False)
                 continue
             dropped = self.framer.dropped

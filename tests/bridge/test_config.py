@@ -302,3 +302,54 @@ pattern = 'W=(?P<w>[0-9.]+)'
 points = [ { name = "weight", field = "w" } ]
 """))
     assert "bridge: Value error, serial.0: port /dev/ttyUSB0 is already used by buses.0" in text
+
+
+def test_an_rtu_over_tcp_converter_is_one_bus(tmp_path: Path) -> None:
+    text = "\n".join(errors_of(tmp_path, """
+[[bridge.buses]]
+name = "conv-a"
+type = "rtu-over-tcp"
+host = "10.0.0.7"
+port = 4001
+
+[[bridge.buses]]
+name = "conv-b"
+type = "rtu-over-tcp"
+host = "10.0.0.7"
+port = 4001
+
+[[bridge.buses]]
+name = "mixed"
+type = "tcp"
+host = "10.0.0.7"
+port = 4001
+"""))
+    assert ("bridge.buses: Value error, buses.1 'conv-b': 10.0.0.7:4001 is already used by "
+            "buses.0 'conv-a'; an RTU-over-TCP converter is one serial line: put its devices "
+            "on one bus") in text
+    assert "buses.2 'mixed': 10.0.0.7:4001 is already used by buses.0 'conv-a'" in text
+    # Modbus TCP gateways take several connections; another port of the converter is another line
+    config = load_config(write(tmp_path, """
+[[bridge.buses]]
+name = "plc-a"
+type = "tcp"
+host = "10.0.0.9"
+
+[[bridge.buses]]
+name = "plc-b"
+type = "tcp"
+host = "10.0.0.9"
+
+[[bridge.buses]]
+name = "conv-a"
+type = "rtu-over-tcp"
+host = "10.0.0.7"
+port = 4001
+
+[[bridge.buses]]
+name = "conv-b"
+type = "rtu-over-tcp"
+host = "10.0.0.7"
+port = 4002
+""")).bridge
+    assert [b.name for b in config.buses] == ["plc-a", "plc-b", "conv-a", "conv-b"]

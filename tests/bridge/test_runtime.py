@@ -9,15 +9,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
 
 from bench.bridge.simulator import Simulator
+from bridge.config import BridgeConfig
+from bridge.modbus.bus import Counters, TransactionError
+from bridge.modbus.frames import Request, Response
+from bridge.modbus.poller import DevicePoller
 from bridge.runtime import Bridge
+from bridge.serial.reader import SerialLineDevice
 from gateway.broker import Broker
 from gateway.config import Config, parse_config
+from gateway.daemon import JournalHandler
 from gateway.links import Link
 from gateway.message import Message
 from storage.memory import MemoryStore
@@ -153,3 +160,173 @@ def test_on_change_is_the_default_with_retain(sim: Simulator) -> None:
         await h.bridge.stop()
 
     asyncio.run(main())
+
+
+
+def test_reload_restarts_only_what_changed(sim: Simulator) -> None:
+    """Unchanged devices keep running and publish no status (no false outage upstream)."""
+    master, slave = os.openpty()
+    tty = os.ttyname(slave)
+
+    def config(b_points: str = "r0", devices: str = "a,b", timeout: float = 1.0,
+               pattern: str = "W=", diagnostics: float = 0) -> BridgeConfig:
+        return parse_config({"bridge": {
+            "diagnostics_interval": diagnostics,
+            "buses": [{"name": "sim", "type": "tcp", "host": "127.0.0.1", "port": sim.port,
+                       "timeout": timeout}],
+            "devices": [{"name": name, "bus": "sim", "unit": 1 + i, "address_base": 0,
+                         "poll_interval": 0.05, "points": [
+                             {"name": p, "address": int(p[1:])}
+                             for p in (b_points if name == "b" else "r0").split(",")]}
+                        for i, name in enumerate(devices.split(","))],
+            "serial": [{"name": "scale", "device": tty, "delimiter": "\n",
+                        "pattern": rf"{pattern}(?P<w>[0-9]+)",
+                        "points": [{"name": "weight", "field": "w"}]}]}}).bridge
+
+    async def main(h: Harness) -> None:
+        def statuses(since: int) -> list[tuple[str, str]]:
+            return [(t.split("/")[1], p.decode()) for t, p in h.seen[since:]
+                    if t.endswith("/status")]
+
+        async def reload(new: BridgeConfig) -> None:
+            h.bridge.reload(new)
+            assert h.bridge._reloading is not None
+            await h.bridge._reloading
+
+        def weigh(grams: int) -> bool:  # until the reader has the port open and takes it
+            os.write(master, b"W=%d\n" % grams)
+            return (h.last("devices/scale/weight") or {}).get("value") == grams
+
+        await h.bridge.start()
+        await until(lambda: weigh(5))
+        await until(lambda: all(h.last(f"devices/{n}/status") == "online"
+                                for n in ("a", "b", "scale")))
+        a, scale, bus = h.bridge.pollers["a"], h.bridge.serial["scale"], h.bridge.buses["sim"]
+        a_task = h.bridge._tasks["a"]
+
+        # b changes (a new point), c is new: a and the serial device keep running, silently
+        mark = len(h.seen)
+        await reload(config("r0,r5", "a,b,c"))
+        await until(lambda: h.last("devices/b/r5") and h.last("devices/c/status") == "online")
+        assert h.bridge.pollers["a"] is a and h.bridge._tasks["a"] is a_task
+        assert h.bridge.serial["scale"] is scale and h.bridge.buses["sim"] is bus
+        assert not a_task.done()
+        seen = statuses(mark)
+        assert [s for s in seen if s[0] in ("a", "scale")] == []
+        assert ("b", "offline") not in seen  # restarted, but it was never down
+        assert [s for s in seen if s[0] == "c"] == [("c", "offline"), ("c", "online")]
+        cycles = a.cycles
+        await until(lambda: a.cycles > cycles)  # a still polls
+
+        # c removed: it is gone, so it is offline; the others stay silent
+        mark = len(h.seen)
+        await reload(config("r0,r5"))
+        await asyncio.sleep(0.2)
+        assert statuses(mark) == [("c", "offline")]
+        assert [d["name"] for d in h.bridge.status()["devices"]] == ["a", "b", "scale"]
+
+        # the bus changes: its devices restart on a new connection, none of them flaps
+        mark = len(h.seen)
+        await reload(config("r0,r5", timeout=0.5))
+        await until(lambda: h.bridge.pollers["a"].online and h.bridge.pollers["b"].online)
+        assert h.bridge.pollers["a"] is not a and h.bridge.buses["sim"] is not bus
+        assert not bus.channel.is_open and h.bridge.serial["scale"] is scale
+        assert [s for _, s in statuses(mark)] in ([], ["online"], ["online", "online"])
+
+        # a changed serial device reopens its port and keeps its state: no offline either;
+        # two reloads in a row apply in order
+        mark = len(h.seen)
+        h.bridge.reload(config("r0,r5", timeout=0.5, pattern="X="))
+        await reload(config("r0,r5", timeout=0.5))
+        assert h.bridge.config == config("r0,r5", timeout=0.5)
+        assert h.bridge.serial["scale"] is not scale and h.bridge.serial["scale"].online
+        await until(lambda: weigh(7))
+        assert statuses(mark) == []
+
+        # diagnostics switched on: only the diagnostics task starts
+        mark = len(h.seen)
+        await reload(config("r0,r5", timeout=0.5, diagnostics=0.05))
+        await until(lambda: h.last("devices/a/diagnostics") and h.last("devices/scale/diagnostics"))
+        assert statuses(mark) == []
+
+        await h.bridge.stop()
+        assert {h.last(f"devices/{n}/status") for n in ("a", "b", "c", "scale")} == {"offline"}
+
+    try:
+        asyncio.run(main_with_harness(lambda: Harness(make_config(sim.port)), config(), main))
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+async def main_with_harness(make: Callable[[], Harness], config: BridgeConfig,
+                            body: Callable[[Harness], Coroutine[Any, Any, None]]) -> None:
+    h = make()
+    h.bridge = Bridge(config, h.broker)
+    await body(h)
+
+
+def test_device_log_lines_carry_the_journal_device_field(sim: Simulator) -> None:
+    """Online/offline, writes and a vanished serial port log `extra={"device": ...}`, which
+    the daemon's journal handler sends as DEVICE= (journalctl DEVICE=meter-1)."""
+    entries: list[tuple[str, object]] = []
+    handler = JournalHandler(lambda message, **fields: entries.append(
+        (message, fields.get("DEVICE"))))
+    logger = logging.getLogger("outpost.bridge")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    master, slave = os.openpty()
+    tty = os.ttyname(slave)
+
+    class DeadBus:
+        def counters_for(self, unit: int) -> Counters:
+            return Counters()
+
+        async def execute(self, request: Request, retries: int | None = None) -> Response:
+            raise TransactionError("timeout", "no response")
+
+    async def main() -> None:
+        h = Harness(make_config(sim.port))
+        await h.bridge.start()
+        await until(lambda: h.last("devices/a/status") == "online")
+        h.watch.publish("devices/a/r0/set", b'{"id": 1, "value": 5}', qos=1)
+        await until(lambda: h.last("devices/a/r0/set/result"))
+        point = h.bridge.pollers["a"].points["r0"]
+        point.config = point.config.model_copy(update={"writable": True})
+        h.watch.publish("devices/a/r0/set", b'{"id": 2, "value": 1000}', qos=1)
+        await until(lambda: h.last("devices/a/r0/set/result")["id"] == 2)
+        assert h.last("devices/a/r0/set/result")["ok"] is True
+        await h.bridge.stop()
+
+        dead = h.bridge.config.devices[0].model_copy(update={"name": "dead"})
+        poller = DevicePoller(dead, DeadBus(), "devices",  # type: ignore[arg-type]
+                              lambda t, p: None, lambda n, o: None)
+        for _ in range(dead.offline_after):
+            await poller.poll_group("default")
+
+        scale = SerialLineDevice(
+            parse_config({"bridge": {"serial": [{
+                "name": "scale", "device": tty, "pattern": "W=(?P<w>[0-9]+)",
+                "reopen_initial": 5, "points": [{"name": "w", "field": "w"}]}]}}
+            ).bridge.serial[0], "devices", lambda t, p: None, lambda n, o: None)
+        task = asyncio.create_task(scale.run())
+        await until(lambda: scale.channel.is_open)
+        os.close(master)  # the far end hangs up: EIO, like a USB adapter pulled
+        await until(lambda: not scale.channel.is_open)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    try:
+        asyncio.run(main())
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        os.close(slave)
+    by_message = dict(entries)
+    assert by_message["a: online"] == "a"
+    assert by_message["bridge: write a/r0 = 5 failed: point 'r0' is not writable"] == "a"
+    assert by_message["bridge: write a/r0 = 1000 done"] == "a"
+    assert by_message["dead: offline after 3 failures (no response)"] == "dead"
+    assert by_message[f"scale: {tty} open"] == "scale"
+    assert [device for message, device in entries if "went away" in message] == ["scale"]
