@@ -6,9 +6,11 @@ connected, the drain loop reads committed outbox records per rule (in the rule's
 for the rate limiters, and publishes at QoS 1 with at most `inflight` unacknowledged; a record is
 deleted only when its PUBACK arrived with a success code. A failure code, a timeout or a lost
 connection leaves the record in the outbox: it is sent again after the reconnect (duplicates are
-expected and removed downstream by the message id). Inbound rules subscribe on the remote and
-publish locally through an in-process link whose client id marks the messages as inbound, so the
-outbox hook never sends them back.
+expected and removed downstream by the message id). Every record read from the outbox is either
+deleted (acknowledged) or released (refused, failed, abandoned, or read but never sent), so the
+outbox knows which records are in flight when its cap removes some. Inbound rules subscribe on
+the remote and publish locally through an in-process link whose client id marks the messages as
+inbound, so the outbox hook never sends them back.
 """
 
 from __future__ import annotations
@@ -269,28 +271,34 @@ class RemoteLink:
             skip = self._skip_set()
             for name, rule in self.rules():
                 records = self.outbox.read(name, remote.batch, rule.order == "newest-first", skip)
-                for record in records:
-                    await self._pace(per_message, per_byte, len(record.payload))
-                    await window.acquire()
-                    if failure:
-                        window.release()
-                        raise failure[0]
-                    out = outgoing(
-                        record, rule.topic.apply(record.topic), self.gateway_id,
-                        self.outbox.epoch, remote.protocol, rule.envelope, rule.qos,
-                    )
-                    try:
-                        future = client.publish_start(out)
-                    except Exception:
-                        window.release()
-                        raise
-                    self.inflight.add(record.seq)
-                    skip.add(record.seq)
-                    self.status.sent += 1
-                    future.add_done_callback(
-                        functools.partial(self._settled, record, out, window, failure)
-                    )
-                    sent_any = True
+                sent = 0
+                try:
+                    for record in records:
+                        await self._pace(per_message, per_byte, len(record.payload))
+                        await window.acquire()
+                        if failure:
+                            window.release()
+                            raise failure[0]
+                        out = outgoing(
+                            record, rule.topic.apply(record.topic), self.gateway_id,
+                            self.outbox.epoch, remote.protocol, rule.envelope, rule.qos,
+                        )
+                        try:
+                            future = client.publish_start(out)
+                        except Exception:
+                            window.release()
+                            raise
+                        sent += 1
+                        self.inflight.add(record.seq)
+                        skip.add(record.seq)
+                        self.status.sent += 1
+                        future.add_done_callback(
+                            functools.partial(self._settled, record, out, window, failure)
+                        )
+                        sent_any = True
+                finally:
+                    if sent < len(records):  # the session ended first: never sent
+                        self.outbox.release(r.seq for r in records[sent:])
             if not sent_any:
                 self.wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -324,13 +332,16 @@ class RemoteLink:
         window.release()
         self.inflight.discard(record.seq)
         if future.cancelled():
+            self.outbox.release([record.seq])
             return
         error = future.exception()
         if error is not None:
+            self.outbox.release([record.seq])
             failure.append(error)
             return
         code = future.result()
         if code:
+            self.outbox.release([record.seq])
             self.status.refused += 1
             self.deferred[record.seq] = self.clock() + REFUSED_RETRY
             log.warning(

@@ -3,10 +3,22 @@
 How this works: every local message matching a forward rule is appended with a sequence number
 from one per-gateway counter that never goes back within a store epoch. The drain reads records
 per rule in the rule's order (oldest or newest first), skipping those already in flight, and
-deletes a record only when the cloud acknowledged it. Caps per rule (messages, bytes) apply on
-append: drop-oldest removes the oldest record of that rule, drop-newest refuses the new one; both
-are counted. A durable implementation (SQLite) must only hand out committed records, so that a
-sequence number seen by the cloud is never reused after a crash.
+deletes a record only when the cloud acknowledged it; a record it read that was not
+acknowledged (refused, the session ended, never sent) is given back with `release`. Caps per
+rule (messages, bytes) apply on append: drop-oldest removes the rule's oldest records until the
+new one fits, drop-newest refuses the new one. A record larger than the byte cap can never fit:
+it is refused under both policies and nothing is removed for it.
+
+Overflow and records in flight (read, neither acknowledged nor released yet): drop-oldest removes
+the oldest records whether they are in flight or not. Skipping them would remove a record that
+was never sent instead of one the cloud is about to acknowledge. The counts drop at once, so
+`stats()` always describes what is stored, and the later acknowledgement of a removed record
+changes no count. `dropped` counts only messages that did not reach the cloud: a removed record
+not in flight at once, one in flight only if it is released instead of acknowledged, and every
+refused one.
+
+A durable implementation (SQLite) must only hand out committed records, so that a sequence
+number seen by the cloud is never reused after a crash.
 
 `MemoryOutbox` is the `durability = "memory"` implementation: its epoch is new for every process,
 so restarting its counter at 1 still never repeats a (gateway, epoch, seq) id.
@@ -51,15 +63,20 @@ class Outbox(Protocol):
         """Allocate the next sequence number (never lower than any committed one)."""
 
     def append(self, record: OutboxRecord, limits: RuleLimits) -> int:
-        """Store a record (in the current group commit); returns how many were dropped."""
+        """Store a record (in the current group commit); returns how many records the caps
+        removed (drop-oldest) or refused (drop-newest, or a record larger than the byte cap)."""
 
     def read(
         self, rule: str, limit: int, newest_first: bool, exclude: set[int]
     ) -> list[OutboxRecord]:
-        """Up to `limit` committed records of `rule` in its order, skipping `exclude`."""
+        """Up to `limit` committed records of `rule` in its order, skipping `exclude`; they are
+        in flight until deleted or released."""
 
     def delete(self, seqs: Iterable[int]) -> None:
-        """The cloud acknowledged these."""
+        """The cloud acknowledged these (records handed out by `read`)."""
+
+    def release(self, seqs: Iterable[int]) -> None:
+        """These records handed out by `read` were not acknowledged: no longer in flight."""
 
     def stats(self) -> OutboxStats:
         """Backlog size and age."""
@@ -73,6 +90,8 @@ class MemoryOutbox:
         self._seq = 0
         self._rules: dict[str, OrderedDict[int, OutboxRecord]] = {}
         self._bytes: dict[str, int] = {}
+        self._in_flight: set[int] = set()  # read, neither deleted nor released
+        self._removed_in_flight: set[int] = set()  # removed by a cap while in flight
         self.dropped = 0
 
     def next_seq(self) -> int:
@@ -83,22 +102,25 @@ class MemoryOutbox:
     def append(self, record: OutboxRecord, limits: RuleLimits) -> int:
         rows = self._rules.setdefault(record.rule, OrderedDict())
         size = self._bytes.get(record.rule, 0)
-        dropped = 0
+        if record.size > limits.max_bytes or (
+            not limits.drop_oldest
+            and (len(rows) >= limits.max_messages or size + record.size > limits.max_bytes)
+        ):
+            self.dropped += 1
+            return 1
+        removed = 0
         while rows and (len(rows) >= limits.max_messages or size + record.size > limits.max_bytes):
-            if not limits.drop_oldest:
-                self.dropped += 1
-                return 1
-            _, oldest = rows.popitem(last=False)
+            seq, oldest = rows.popitem(last=False)
             size -= oldest.size
-            dropped += 1
-        if record.size > limits.max_bytes:
-            self.dropped += dropped + 1
-            self._bytes[record.rule] = size
-            return dropped + 1
+            removed += 1
+            if seq in self._in_flight:
+                self._in_flight.discard(seq)
+                self._removed_in_flight.add(seq)  # dropped only if it is released
+            else:
+                self.dropped += 1
         rows[record.seq] = record
         self._bytes[record.rule] = size + record.size
-        self.dropped += dropped
-        return dropped
+        return removed
 
     def read(
         self, rule: str, limit: int, newest_first: bool, exclude: set[int]
@@ -111,17 +133,27 @@ class MemoryOutbox:
         for record in source:
             if record.seq not in exclude:
                 out.append(record)
+                self._in_flight.add(record.seq)
                 if len(out) >= limit:
                     break
         return out
 
     def delete(self, seqs: Iterable[int]) -> None:
         for seq in seqs:
+            self._in_flight.discard(seq)
+            self._removed_in_flight.discard(seq)  # delivered after all
             for rule, rows in self._rules.items():
                 record = rows.pop(seq, None)
                 if record is not None:
                     self._bytes[rule] -= record.size
                     break
+
+    def release(self, seqs: Iterable[int]) -> None:
+        for seq in seqs:
+            self._in_flight.discard(seq)
+            if seq in self._removed_in_flight:
+                self._removed_in_flight.discard(seq)
+                self.dropped += 1
 
     def stats(self) -> OutboxStats:
         messages = sum(len(rows) for rows in self._rules.values())

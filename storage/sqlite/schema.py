@@ -23,8 +23,10 @@ Layout, chosen for flash (see docs/storage.md):
 - `retained`, `subscriptions`, `qos2_in` and `meta` are `WITHOUT ROWID` tables keyed by what
   they are looked up by.
 - All wall-clock times are integer milliseconds since the epoch (`*_ms`).
-- `outbox.seq` is never reused: writers allocate from `meta.outbox_seq_reserved`, which they
-  raise in blocks before handing numbers out (see `storage.sqlite.outbox`).
+- `outbox.seq` is never reused, although acknowledged rows are deleted:
+  `meta.outbox_seq_reserved` is the highest seq ever committed (every commit that inserts
+  outbox rows raises it to its highest seq), and numbering continues above it and above
+  `max(seq)` (see `storage.sqlite.uplink_outbox`).
 """
 
 from __future__ import annotations

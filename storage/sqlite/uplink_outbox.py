@@ -2,19 +2,31 @@
 
 How this works: `append` puts the row into the store's current batch, so the record commits in
 the same transaction as everything else the publish changed — the publisher's PUBACK, which
-waits for that commit, therefore implies the record is stored. Sequence numbers come from one
-counter that continues above both the highest row and `meta.outbox_seq_reserved`, which every
-commit with new rows raises to its highest number: acknowledged rows are deleted, but a number
-is never handed out twice, and nothing skips numbers after a crash (a number only reaches the
-cloud once its row committed; an uncommitted one is simply reused). `read` serves committed rows
-through the store's read connection, hiding deletions still waiting for their commit. Caps per
-rule are kept with in-memory counts (loaded at start): drop-oldest trims the rule's oldest rows
-in the commit, drop-newest refuses the new row; the byte cap of drop-oldest trims by the rule's
-average row size, so it is approximate.
+waits for that commit, therefore implies the record is stored. `read` serves committed rows
+through the store's read connection, hiding rows whose deletion still waits for its commit.
+
+Sequence numbers come from one in-memory counter that starts above both the highest row and
+`meta.outbox_seq_reserved`; every commit that inserts rows raises that value to the highest seq
+it inserts (writer.py). Acknowledged rows are deleted, yet a number is never handed out twice,
+and nothing skips numbers after a crash: a number only reaches the cloud once its row
+committed, and one whose row never committed is simply handed out again.
+
+Caps per rule (semantics in `bridge.uplink.outbox`): `counts` and `sizes` hold, per rule,
+the rows and bytes (topic + payload) the table will hold once the pending batches commit; they
+are loaded at start and kept exact, so after every commit they equal the table. Drop-oldest
+picks the exact rows to remove on the event loop, oldest first, and deletes them by seq in the
+next commit, so the byte cap is exact too (each row's own size, never an average). Removal is
+strictly oldest first, so per rule every row up to `_floor` is removed or acknowledged: `read`
+hides the rows up to it whose deletion has not committed yet. The oldest committed rows are
+read ahead in small chunks (`_head`); rows appended but not yet committed (`_pending`) are the
+newest ones and come after every committed row. A removed row that was in flight (`_handed`)
+moves to `_removed_in_flight`: its acknowledgement then changes no count, and it counts as
+dropped only if the drain releases it unacknowledged.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from bridge.uplink.envelope import OutboxRecord
@@ -22,8 +34,11 @@ from bridge.uplink.outbox import OutboxStats, RuleLimits
 from gateway.codec.packets import NO_PROPERTIES, Properties
 from gateway.codec.properties import decode_properties, encode_properties
 from storage.sqlite.store import SqliteStore
+from storage.sqlite.writer import Batch
 
 _COLUMNS = "seq, topic, payload, qos, retain, properties, received_ms"
+_SIZE = "length(topic) + length(payload)"  # = OutboxRecord.size (characters of a TEXT topic)
+HEAD_CHUNK = 64  # oldest rows read ahead per query when drop-oldest needs to remove some
 
 
 class SqliteOutbox:
@@ -41,13 +56,19 @@ class SqliteOutbox:
         self.counts: dict[str, int] = {}
         self.sizes: dict[str, int] = {}
         for rule, count, size in conn.execute(
-            "SELECT rule, count(*), sum(length(topic) + length(payload)) FROM outbox GROUP BY rule"
+            f"SELECT rule, count(*), sum({_SIZE}) FROM outbox GROUP BY rule"
         ):
             self.counts[str(rule)] = int(count)
             self.sizes[str(rule)] = int(size or 0)
         self.dropped = 0
-        self._handed: dict[int, tuple[str, int]] = {}  # seq -> (rule, size) of rows read
-        self._deleting: set[int] = set()
+        self._handed: dict[int, tuple[str, int]] = {}  # in flight: seq -> (rule, size)
+        self._removed_in_flight: set[int] = set()  # removed by a cap while in flight
+        self._deleting: set[int] = set()  # acknowledged, deletion not committed yet
+        self._floor: dict[str, int] = {}  # rule -> highest seq removed by the cap
+        self._head: dict[str, dict[int, int]] = {}  # rule -> oldest committed rows: seq -> size
+        self._pending: dict[str, dict[int, int]] = {}  # rule -> appended, not committed yet
+        self._batch: Batch | None = None  # the batch `_appended` belongs to
+        self._appended: list[tuple[str, int]] = []
 
     def next_seq(self) -> int:
         seq = self._next
@@ -58,24 +79,26 @@ class SqliteOutbox:
         rule, size = record.rule, record.size
         count = self.counts.get(rule, 0)
         total = self.sizes.get(rule, 0)
-        over_count = count + 1 - limits.max_messages
-        over_bytes = total + size - limits.max_bytes
-        if size > limits.max_bytes or (
-            (over_count > 0 or over_bytes > 0) and not limits.drop_oldest
-        ):
+        over = count + 1 > limits.max_messages or total + size > limits.max_bytes
+        if size > limits.max_bytes or (over and not limits.drop_oldest):
             self.dropped += 1
             return 1
-        trim = max(over_count, 0)
-        if over_bytes > 0 and count:
-            average = max(total // count, 1)
-            trim = max(trim, -(-over_bytes // average))
-        trim = min(trim, count)
         batch = self.store.outbox_batch()
-        if trim:
-            batch.outbox_trims.append((rule, trim))
-            self.dropped += trim
-            count -= trim
-            total -= trim * (total // max(count + trim, 1))
+        removed = 0
+        while count + 1 > limits.max_messages or total + size > limits.max_bytes:
+            oldest = self._take_oldest(rule)
+            if oldest is None:  # cannot happen while the counts are exact
+                break
+            seq, row_size = oldest
+            batch.outbox_deletes.append(seq)
+            self._floor[rule] = seq
+            count -= 1
+            total -= row_size
+            removed += 1
+            if self._handed.pop(seq, None) is not None:
+                self._removed_in_flight.add(seq)  # dropped only if released unacknowledged
+            else:
+                self.dropped += 1
         props = NO_PROPERTIES
         if record.user_properties or record.content_type:
             props = Properties(
@@ -86,9 +109,55 @@ class SqliteOutbox:
             encode_properties(props, "PUBLISH"), record.received_ms, rule,
         ))
         batch.outbox_top = max(batch.outbox_top, record.seq)
+        if batch is not self._batch:
+            self._batch, self._appended = batch, []
+            batch.on_committed.append(functools.partial(self._committed, self._appended))
+        self._appended.append((rule, record.seq))
+        self._pending.setdefault(rule, {})[record.seq] = size
         self.counts[rule] = count + 1
-        self.sizes[rule] = max(total, 0) + size
-        return trim
+        self.sizes[rule] = total + size
+        return removed
+
+    def _committed(self, appended: list[tuple[str, int]]) -> None:
+        """The batch holding `appended` committed: those rows are no longer pending."""
+        for rule, seq in appended:
+            self._pending.get(rule, {}).pop(seq, None)
+        if appended is self._appended:
+            self._batch = None  # do not keep the written batch (and its payloads) alive
+
+    def _take_oldest(self, rule: str) -> tuple[int, int] | None:
+        """Remove the oldest row of `rule` from the read-ahead: (seq, size), None if none."""
+        head = self._head.setdefault(rule, {})
+        if not head:
+            self._read_ahead(rule, head)
+        if head:
+            seq = next(iter(head))
+            return seq, head.pop(seq)
+        pending = self._pending.get(rule)
+        if pending:  # every committed row is gone: the oldest not yet committed (the hook
+            # appends records in the order it numbers them, so insertion order is seq order)
+            seq = next(iter(pending))
+            return seq, pending.pop(seq)
+        return None
+
+    def _read_ahead(self, rule: str, head: dict[int, int]) -> None:
+        """Fill `head` with the next oldest committed rows of `rule` above its floor."""
+        after = self._floor.get(rule, 0)
+        pending = self._pending.get(rule, {})
+        while not head:
+            rows = self.store.reader.execute(
+                f"SELECT seq, {_SIZE} FROM outbox WHERE rule = ? AND seq > ? "
+                "ORDER BY seq LIMIT ?",
+                (rule, after, HEAD_CHUNK),
+            ).fetchall()
+            if not rows:
+                return
+            for seq, size in rows:
+                # Rows being deleted are gone; a committed row whose commit is not known yet
+                # is still served from `_pending` (it is newer than every row known committed).
+                if seq not in self._deleting and seq not in pending:
+                    head[seq] = int(size)
+            after = rows[-1][0]
 
     def read(
         self, rule: str, limit: int, newest_first: bool, exclude: set[int]
@@ -96,8 +165,9 @@ class SqliteOutbox:
         hidden = exclude | self._deleting
         order = "DESC" if newest_first else "ASC"
         rows = self.store.reader.execute(
-            f"SELECT {_COLUMNS} FROM outbox WHERE rule = ? ORDER BY seq {order} LIMIT ?",
-            (rule, limit + len(hidden)),
+            f"SELECT {_COLUMNS} FROM outbox WHERE rule = ? AND seq > ? ORDER BY seq {order} "
+            "LIMIT ?",
+            (rule, self._floor.get(rule, 0), limit + len(hidden)),
         ).fetchall()
         out: list[OutboxRecord] = []
         for seq, topic, payload, qos, retain, blob, received_ms in rows:
@@ -117,18 +187,31 @@ class SqliteOutbox:
         return out
 
     def delete(self, seqs: Iterable[int]) -> None:
-        done = [seq for seq in seqs if seq not in self._deleting]
+        done: list[int] = []
+        for seq in seqs:
+            handed = self._handed.pop(seq, None)
+            if handed is None:  # removed by the cap meanwhile (delivered after all), or unknown
+                self._removed_in_flight.discard(seq)
+                continue
+            rule, size = handed
+            done.append(seq)
+            self.counts[rule] = self.counts.get(rule, 0) - 1
+            self.sizes[rule] = self.sizes.get(rule, 0) - size
+            self._head.get(rule, {}).pop(seq, None)
+            self._pending.get(rule, {}).pop(seq, None)
         if not done:
             return
         batch = self.store.outbox_batch()
         batch.outbox_deletes.extend(done)
         self._deleting.update(done)
         batch.on_committed.append(lambda: self._deleting.difference_update(done))
-        for seq in done:
-            rule, size = self._handed.pop(seq, ("", 0))
-            if rule:
-                self.counts[rule] = max(self.counts.get(rule, 1) - 1, 0)
-                self.sizes[rule] = max(self.sizes.get(rule, size) - size, 0)
+
+    def release(self, seqs: Iterable[int]) -> None:
+        for seq in seqs:
+            self._handed.pop(seq, None)
+            if seq in self._removed_in_flight:
+                self._removed_in_flight.discard(seq)
+                self.dropped += 1
 
     def stats(self) -> OutboxStats:
         # The lowest seq is the oldest arrival (an index lookup, not a scan).

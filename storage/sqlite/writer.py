@@ -61,9 +61,8 @@ class Batch:
     outbox_inserts: list[tuple[int, str, bytes, int, int, bytes, int, str]] = field(
         default_factory=list
     )
-    outbox_deletes: list[int] = field(default_factory=list)
-    outbox_trims: list[tuple[str, int]] = field(default_factory=list)  # (rule, oldest to drop)
-    outbox_top: int = 0  # highest outbox seq handed out: stored so it is never reused
+    outbox_deletes: list[int] = field(default_factory=list)  # acknowledged or over the cap
+    outbox_top: int = 0  # highest outbox seq inserted: stored so it is never reused
     on_committed: list[Callable[[], None]] = field(default_factory=list)
     ops: int = 0  # events recorded (for the size trigger and statistics)
 
@@ -96,7 +95,6 @@ class Batch:
             self.session_deletes or self.sessions or self.subscriptions or self.bodies
             or any(self.inserts.values()) or self.updates or self.deletes or self.qos2_add
             or self.qos2_del or self.retained or self.outbox_inserts or self.outbox_deletes
-            or self.outbox_trims
         )
 
     def pending_rows(self) -> int:
@@ -228,18 +226,14 @@ def apply(conn: sqlite3.Connection, batch: Batch) -> int:
             conn.executemany(_UPSERT_RETAINED, rows_r)
     if batch.outbox_inserts:
         conn.executemany(_INSERT_OUTBOX, batch.outbox_inserts)
+        # The highest seq ever inserted, kept although its row will be deleted: the outbox's
+        # counter starts above it, so no seq is handed out twice (uplink_outbox.py).
         conn.execute(
             "UPDATE meta SET value = ? "
             "WHERE key = 'outbox_seq_reserved' AND CAST(value AS INTEGER) < ?",
             (str(batch.outbox_top), batch.outbox_top),
         )
-    for rule, count in batch.outbox_trims:
-        conn.execute(
-            "DELETE FROM outbox WHERE seq IN "
-            "(SELECT seq FROM outbox WHERE rule = ? ORDER BY seq LIMIT ?)",
-            (rule, count),
-        )
-    if batch.outbox_deletes:
+    if batch.outbox_deletes:  # after the inserts: a row may come and go in one batch
         conn.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in batch.outbox_deletes])
     return inserted
 

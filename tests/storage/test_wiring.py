@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from pathlib import Path
 
 import pytest
 
+from bridge.uplink.envelope import OutboxRecord
+from bridge.uplink.outbox import RuleLimits
 from gateway.app import build_hooks
 from gateway.cli import build_parser
 from gateway.config import Config, StorageConfig
 from storage.memory import MemoryStore
 from storage.sqlite import SqliteStore
-from storage.sqlite.outbox import BLOCK, OutboxSeq, store_reservation
-from tests.storage.conftest import copy_fixture
+from storage.sqlite.uplink_outbox import SqliteOutbox
+from tests.storage.conftest import StoreFactory, copy_fixture, flush, rows
 
 
 def config(**storage: object) -> Config:
@@ -48,14 +49,27 @@ def test_run_accepts_durability_override() -> None:
         build_parser().parse_args(["run", "--durability", "sometimes"])
 
 
-def test_outbox_seq_is_never_reused(tmp_path: Path) -> None:
-    path = copy_fixture("v2.db", tmp_path)
-    conn = sqlite3.connect(path, isolation_level=None)
-    alloc = OutboxSeq(conn)
-    assert alloc.take() == (BLOCK + 1, 2 * BLOCK)  # the fixture reserved up to BLOCK
-    conn.execute("BEGIN")
-    store_reservation(conn, 2 * BLOCK)
-    conn.execute("DELETE FROM outbox")  # everything acknowledged by the cloud
-    conn.execute("COMMIT")
-    assert OutboxSeq(conn).take()[0] == 2 * BLOCK + 1  # a "restart" continues above
-    conn.close()
+def test_outbox_seq_is_never_reused(stores: StoreFactory) -> None:
+    # The fixture: one row (seq 1) and `outbox_seq_reserved` = 65,536.
+    copy_fixture("v2.db", stores.state_dir)
+    limits = RuleLimits(100, 10**6, drop_oldest=True)
+
+    def append(outbox: SqliteOutbox) -> int:
+        seq = outbox.next_seq()
+        outbox.append(OutboxRecord(seq, "rule-1", "t", b"p", 1, False, 5), limits)
+        return seq
+
+    store = stores()
+    outbox = SqliteOutbox(store)
+    assert [append(outbox), append(outbox)] == [65537, 65538]  # above the stored value
+    flush(store)
+    assert rows(store, "SELECT value FROM meta WHERE key = 'outbox_seq_reserved'") == [("65538",)]
+    outbox.delete(r.seq for r in outbox.read("rule-1", 10, False, set()))  # all acknowledged
+    flush(store)
+    assert rows(store, "SELECT count(*) FROM outbox") == [(0,)]
+    store = stores.reopen(store)
+    outbox = SqliteOutbox(store)
+    assert append(outbox) == 65539  # the table is empty: the meta value still continues above
+    stores.crash(store)  # that row never committed, so the cloud never saw 65539
+    outbox = SqliteOutbox(stores())
+    assert outbox.next_seq() == 65539  # handed out again: no gap, no repeat the cloud sees
