@@ -23,6 +23,7 @@ from pydantic import (
 
 from bridge.config import BridgeConfig
 from bridge.uplink.config import UplinkConfig
+from gateway.config_paths import existing_file
 
 DEFAULT_PORT = 1883
 
@@ -65,11 +66,6 @@ ListenerType = Literal["tcp", "tls", "ws", "wss", "unix"]
 TLS_TYPES = ("tls", "wss")
 WS_TYPES = ("ws", "wss")
 RESERVED_LISTENER_NAMES = ("link", "restored")  # in-process connections (gateway.auth)
-
-
-def _resolve(path: Path, info: ValidationInfo) -> Path:
-    base = (info.context or {}).get("base_dir")
-    return path if path.is_absolute() or base is None else Path(base) / path
 
 
 class ListenerConfig(_Section):
@@ -141,12 +137,7 @@ class ListenerConfig(_Section):
     @field_validator("password_file", "acl_file")
     @classmethod
     def _check_auth_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        if value is None:
-            return None
-        path = _resolve(value, info)
-        if not path.is_file():
-            raise ValueError(f"no such file: {path}")
-        return path
+        return None if value is None else existing_file(value, info)
 
     @field_validator("certfile", "keyfile", "cafile")
     @classmethod
@@ -162,10 +153,7 @@ class ListenerConfig(_Section):
             if info.field_name == "cafile":
                 return None
             raise ValueError(f'required for type "{kind}"')
-        path = _resolve(value, info)
-        if not path.is_file():
-            raise ValueError(f"no such file: {path}")
-        return path
+        return existing_file(value, info)
 
     @field_validator("require_certificate", "use_identity_as_username")
     @classmethod

@@ -25,6 +25,7 @@ RANKS: dict[str, int] = {
     "gateway.inflight": CORE,
     "gateway.session": CORE,
     "gateway.config": CONTRACTS,
+    "gateway.config_paths": CONTRACTS,  # config-relative file paths (pydantic validators)
     "gateway.hooks": CONTRACTS,
     "gateway.auth": CONTRACTS,
     "gateway.acl": CONTRACTS,  # ACL files parsed and evaluated: pure

@@ -20,11 +20,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from gateway.codec.errors import MQTTProtocolError
+from gateway.config_paths import existing_file
 from gateway.topics import validate_topic_filter
 
 
@@ -63,6 +65,12 @@ class TlsConfig(_Section):
     cert_file: Path | None = None
     key_file: Path | None = None
     insecure: bool = Field(default=False, description="skip hostname verification (tests only)")
+
+    @field_validator("ca_file", "cert_file", "key_file")
+    @classmethod
+    def _file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        # relative to the config file, like the listeners' certificates
+        return None if value is None else existing_file(value, info)
 
 
 class RemoteConfig(_Section):

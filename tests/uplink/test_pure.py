@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -111,3 +112,20 @@ def test_reload_changes_forward_rules_live() -> None:
     hook.published(None, Message("b/2", b"y", 1, False))
     hook.published(None, Message("a/3", b"z", 1, False))
     assert [r.topic for r in outbox.read("forward.0", 10, False, set())] == ["b/2"]
+
+
+def test_tls_files_are_relative_to_the_config_file(tmp_path: Path) -> None:
+    from gateway.config import ConfigError, load_config
+
+    (tmp_path / "ca.pem").write_text("ca")
+    path = tmp_path / "outpost.toml"
+    path.write_text('[uplink]\nenabled = true\n[[uplink.remotes]]\naddresses = ["h:8883"]\n'
+                    '[uplink.remotes.tls]\nca_file = "ca.pem"\ncert_file = "missing.pem"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.errors == [
+        f"uplink.remotes.0.tls.cert_file: Value error, no such file: {tmp_path / 'missing.pem'}"
+    ]
+    (tmp_path / "missing.pem").write_text("cert")
+    tls = load_config(path).uplink.remotes[0].tls
+    assert tls is not None and tls.ca_file == tmp_path / "ca.pem"
