@@ -19,7 +19,7 @@ from gateway.broker import Broker
 from gateway.config import Config, ConfigError
 from gateway.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
 from gateway.hooks import BrokerHooks, HookChain
-from gateway.listeners import configure_read_checks, load_security
+from gateway.security_files import configure_read_checks, load_security
 from gateway.server import Server
 from gateway.status import StatusProvider
 from storage.memory import MemoryStore

@@ -175,7 +175,7 @@ class Security(BrokerHooks):
         loader: Callable[[Config], list[ListenerPolicy]] | None = None,
     ) -> None:
         self.policies: dict[str, ListenerPolicy] = {p.label: p for p in policies}
-        self.loader = loader  # reads the files again (gateway.listeners.SecurityFiles)
+        self.loader = loader  # reads the files again (gateway.security_files.SecurityFiles)
 
     def replace(self, policies: Iterable[ListenerPolicy]) -> None:
         """Swap every policy at once; connected clients are judged by the new ones."""

@@ -185,7 +185,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     files, ACL files and certificates of each listener whose section is valid on its own, even
     when other parts of the file are not.
     """
-    from gateway.listeners import listener_file_errors
+    from gateway.security_files import listener_file_errors
 
     listeners: list[tuple[int, ListenerConfig]]
     try:
@@ -227,8 +227,8 @@ def cmd_passwd(args: argparse.Namespace) -> int:
     """`outpost passwd FILE USER [-D] [--stdin]`: a thin call into `set_password`."""
     import getpass
 
-    from gateway.listeners import set_password
     from gateway.passwords import DEFAULT_ITERATIONS
+    from gateway.security_files import set_password
 
     password: bytes | None = None
     if not args.delete:

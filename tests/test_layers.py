@@ -31,7 +31,8 @@ RANKS: dict[str, int] = {
     "gateway.acl": CONTRACTS,  # ACL files parsed and evaluated: pure
     "gateway.passwords": CONTRACTS,  # password hashes and file text: pure (hashlib)
     "gateway.websocket": PROTOCOL,  # RFC 6455 handshake and framing, sans-I/O
-    "gateway.listeners": IO,  # TLS contexts, WebSocket/unix servers, admission, file loading
+    "gateway.listeners": IO,  # TLS contexts, WebSocket/unix servers, admission
+    "gateway.security_files": IO,  # password/ACL files, certificates, `outpost passwd`
     "gateway.delivery": COORDINATOR,
     "gateway.sys_topics": COORDINATOR,
     "gateway.broker": COORDINATOR,

@@ -12,8 +12,8 @@ import pytest
 
 from gateway.cli import main
 from gateway.config import ConfigError, load_config
-from gateway.listeners import read_policies
 from gateway.passwords import hash_password
+from gateway.security_files import read_policies
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAIN = "alice:plaintext\n"  # not a hash

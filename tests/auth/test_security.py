@@ -195,7 +195,7 @@ def test_bridge_set_topics_need_write_access() -> None:
 
 def test_denied_subscribe_publish_and_retained_and_will() -> None:
     h, _ = core()
-    from gateway.listeners import configure_read_checks
+    from gateway.security_files import configure_read_checks
 
     configure_read_checks(h.broker)
     writer, wsink = h.connect("o1", version=5, username="operator", password=b"op")

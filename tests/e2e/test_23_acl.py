@@ -192,7 +192,7 @@ def test_06_acl_reload(tmp_path):
     """`Security.reload` (what SIGHUP calls) reads the edited ACL file, all or nothing."""
     from gateway.acl import Right
     from gateway.config import parse_config
-    from gateway.listeners import load_security
+    from gateway.security_files import load_security
 
     acl = tmp_path / "acl"
     acl.write_text("topic read a/#\n", encoding="utf-8")
