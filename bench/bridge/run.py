@@ -15,6 +15,7 @@ Figures, over a measured window after a warm-up:
   1,000 points/s.
 
 Run from the repository root: `.venv/bin/python -m bench.bridge.run` (see docs/bridge.md).
+Exit status 1 when a target (points/s, requests per cycle) is missed, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -206,13 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     result = run(opts)
     for key, value in result.items():
         print(f"{key:>28}: {value}")
-    ok = all(abs(v - result["plan_minimum"][d]) < 0.05  # type: ignore[index]
-             for d, v in result["requests_per_cycle"].items())  # type: ignore[attr-defined]
-    print(f"{'points/s >= 20000':>28}: {'PASS' if result['points_per_s'] >= 20000 else 'MISS'}")  # type: ignore[operator]
+    per_cycle, minimum, rate = (result["requests_per_cycle"], result["plan_minimum"],
+                                result["points_per_s"])
+    assert isinstance(per_cycle, dict) and isinstance(minimum, dict) and isinstance(rate, int)
+    # every device of the plan must have been measured (no measurement is a MISS, not a PASS)
+    ok = bool(minimum) and all(d in per_cycle and abs(per_cycle[d] - n) < 0.05
+                               for d, n in minimum.items())
+    rate_ok = rate >= 20000
+    print(f"{'points/s >= 20000':>28}: {'PASS' if rate_ok else 'MISS'}")
     print(f"{'requests/cycle == plan':>28}: {'PASS' if ok else 'MISS'}")
     if opts.json:
         opts.json.write_text(json.dumps(result, indent=2))
-    return 0
+    return 0 if ok and rate_ok else 1
 
 
 if __name__ == "__main__":
