@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bridge_cli.add_parser(sub)  # outpost modbus plan|probe
 
-    db = sub.add_parser("db", help="inspect or compact the store (safe on a live broker)")
+    db = sub.add_parser("db", help="inspect, back up or compact the store "
+                        "(all but vacuum safe on a live broker)")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     for name, text in (
         ("stats", "sizes, rows per table, queue depths, oldest message ages, WAL size"),
@@ -81,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("retained", "retained messages, optionally matching a topic filter"),
         ("check", "PRAGMA quick_check (--full: integrity_check); exit 1 on problems"),
         ("vacuum", "compact the file (only while the broker is stopped)"),
+        ("backup", "copy the database to DEST while the broker runs (online backup API), "
+                   "then check the copy"),
     ):
         cmd = db_sub.add_parser(name, help=text)
         cmd.add_argument("--state-dir", type=Path, help="default: [storage] state_dir, "
@@ -93,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("filter", nargs="?")
         elif name == "check":
             cmd.add_argument("--full", action="store_true")
+        elif name == "backup":
+            cmd.add_argument("dest", type=Path, help="the file to write, e.g. /backup/outpost.db")
+            cmd.add_argument("--force", action="store_true", help="overwrite an existing DEST")
+            cmd.add_argument("--pages-per-step", type=int, default=256,
+                             help="pages copied per step (default 256)")
+            cmd.add_argument("--sleep-ms", type=float, default=5.0,
+                             help="pause between steps, in ms (default 5)")
     return parser
 
 
@@ -130,7 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    """`outpost db stats|sessions|queue|retained|check|vacuum`: thin calls into storage."""
+    """`outpost db stats|sessions|queue|retained|check|vacuum|backup`: thin calls into storage."""
     from storage.sqlite.cli import run as run_db_command
 
     state_dir = args.state_dir

@@ -9,6 +9,17 @@ checkpoint). Nothing here holds a read transaction longer than one query.
 directory's lock (the one a running broker holds) and refuses when it cannot. It checkpoints
 the WAL, writes a compact copy with `VACUUM INTO`, fsyncs it and renames it over the original
 (atomic), so a power cut during a vacuum leaves either the old or the new file.
+
+`backup` copies the database of a *running* broker with SQLite's online backup API. A copy made
+in steps restarts from scratch whenever another process commits between two steps, and the
+broker commits every few milliseconds, so in WAL mode (always, for an outpost store) the copy
+holds one read transaction from the first step to the last: every step reads the same snapshot
+(no restarts, a consistent copy of the last commit before the backup began), and a WAL reader
+never blocks the writer — the broker keeps committing throughout; only checkpoints cannot pass
+the snapshot, so the WAL grows until the copy ends. The copy goes `pages_per_step` pages at a
+time with a short sleep between steps, which caps the I/O it takes from the broker (an SD
+card). It is written to a temporary file next to the destination, checked (`quick_check`),
+fsynced and renamed into place, so a destination name never holds a partial copy.
 """
 
 from __future__ import annotations
@@ -16,14 +27,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gateway.topics import topic_matches
-from storage.sqlite import recovery
+from storage.sqlite import recovery, schema
 from storage.sqlite.rows import sub_ids_from
 
 TABLES = ("sessions", "subscriptions", "messages", "deliveries", "qos2_in", "retained", "outbox")
@@ -215,3 +226,107 @@ def vacuum(state_dir: Path) -> tuple[int, int]:
         return before, path.stat().st_size
     finally:
         recovery.unlock(fd)
+
+
+class BackupError(Exception):
+    """The backup cannot be made here (the destination is the live file) or the copy is bad."""
+
+
+@dataclass
+class BackupResult:
+    """What `backup` copied."""
+
+    source: Path
+    dest: Path
+    file_bytes: int
+    page_size: int
+    pages: int
+    steps: int
+    seconds: float
+    snapshot: bool  # True: one read transaction pinned the WAL snapshot for the whole copy
+    rows: dict[str, int]
+
+
+def backup(
+    state_dir: Path, dest: Path, *, force: bool = False, pages_per_step: int = 256,
+    sleep: float = 0.005, progress: Callable[[int, int], None] | None = None,
+) -> BackupResult:
+    """Copy the database of `state_dir` to `dest` while a broker may be running (see the module
+    comment). `FileExistsError` if `dest` (or a `-wal` of it) exists, unless `force`.
+    `progress(remaining, total)` is called after every step (pages). A file in rollback-journal
+    mode (never an outpost store) is copied without the pinned snapshot: SQLite restarts that
+    copy whenever another process writes to the file between two steps."""
+    source = db_path(state_dir)
+    dest = Path(dest)
+    if not source.exists():
+        raise FileNotFoundError(f"no database at {source}")
+    if dest.is_dir():
+        raise BackupError(f"{dest} is a directory; give the file name of the copy")
+    if not dest.parent.is_dir():
+        raise FileNotFoundError(f"no directory {dest.parent}")
+    if dest.resolve() == source.resolve() or (dest.exists() and dest.samefile(source)):
+        raise BackupError(f"{dest} is the live database itself")
+    side = [Path(f"{dest}{suffix}") for suffix in ("-wal", "-shm", "-journal")]
+    if not force and (dest.exists() or side[0].exists()):
+        raise FileExistsError(f"{dest} exists (--force to overwrite it)")
+    tmp = dest.with_name(f"{dest.name}.partial-{os.getpid()}")
+    tmp_files = [tmp, *(Path(f"{tmp}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+    for leftover in tmp_files:
+        leftover.unlink(missing_ok=True)
+    started = time.monotonic()
+    steps = 0
+
+    def step(status: int, remaining: int, total: int) -> None:
+        nonlocal steps
+        steps += 1
+        if progress is not None:
+            progress(remaining, total)
+        if remaining and sleep > 0:
+            time.sleep(sleep)  # the broker's commits and fsyncs get the disk meanwhile
+
+    try:
+        src = recovery.connect(source, readonly=True)
+        try:
+            snapshot = str(src.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+            out = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                out.execute("PRAGMA synchronous = OFF")  # fsynced once, below
+                if snapshot:
+                    src.execute("BEGIN")
+                    src.execute("SELECT count(*) FROM sqlite_master").fetchone()  # pins it
+                try:
+                    src.backup(out, pages=max(1, pages_per_step), progress=step)
+                finally:
+                    if snapshot:
+                        src.execute("COMMIT")
+            finally:
+                out.close()
+        finally:
+            src.close()
+        seconds = time.monotonic() - started
+        conn = sqlite3.connect(tmp, isolation_level=None)  # a fresh connection: from the file
+        try:
+            problems = [str(r[0]) for r in conn.execute("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise BackupError("the copy fails quick_check: " + "; ".join(problems[:5]))
+            schema.mark_for_new_epoch(conn)  # restored, it must never reuse an uplink id
+            rows = {t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
+                    for t in TABLES}
+            page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+            pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()  # the last connection: the copy is one file again (no -wal, -shm)
+        os.chmod(tmp, source.stat().st_mode & 0o777)  # as private as the live file
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        for stale in side:  # a -wal left by an overwritten copy would be replayed onto ours
+            stale.unlink(missing_ok=True)
+        os.replace(tmp, dest)
+        recovery.fsync_dir(dest.parent)
+    except BaseException:
+        for leftover in tmp_files:
+            leftover.unlink(missing_ok=True)
+        raise
+    return BackupResult(source, dest, dest.stat().st_size, page_size, pages, steps,
+                        round(seconds, 3), snapshot, rows)

@@ -1,8 +1,9 @@
 """Printing for `outpost db ...`: each command calls one `storage.sqlite.admin` function.
 
 Output is plain text for people; `--json`-style use goes through the admin functions.
-Exit codes: 0 done, 1 a problem was found (`check`) or the broker is running (`vacuum`),
-2 no database or no such client.
+Exit codes: 0 done, 1 a problem was found (`check`), the broker is running (`vacuum`) or the
+backup was refused or failed (`backup`: the destination exists, the copy fails its check),
+2 no database, no such client or no such directory.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def run(command: str, state_dir: Path, args: argparse.Namespace) -> int:
         return 2
     except StoreLockedError as exc:
         print(f"outpost db {command}: {exc}; stop the broker first", file=sys.stderr)
+        return 1
+    except (FileExistsError, admin.BackupError) as exc:
+        print(f"outpost db {command}: {exc}", file=sys.stderr)
         return 1
     except sqlite3.Error as exc:
         print(f"outpost db {command}: database error: {exc}", file=sys.stderr)
@@ -89,7 +93,23 @@ def _vacuum(state_dir: Path, args: argparse.Namespace) -> int:
     return 0
 
 
+def _backup(state_dir: Path, args: argparse.Namespace) -> int:
+    r = admin.backup(state_dir, args.dest, force=args.force, pages_per_step=args.pages_per_step,
+                     sleep=args.sleep_ms / 1000)
+    print(f"backed up {r.source} to {r.dest}")
+    print(f"{'file_bytes':22} {r.file_bytes}")
+    print(f"{'pages':22} {r.pages} x {r.page_size} bytes")
+    print(f"{'snapshot':22} " + ("one read transaction on the WAL (writers not blocked)"
+                                 if r.snapshot else "rollback journal: stepped copy"))
+    print(f"{'steps':22} {r.steps} in {r.seconds} s")
+    print(f"{'quick_check':22} ok")
+    print("rows")
+    for table, count in r.rows.items():
+        print(f"  {table:20} {count}")
+    return 0
+
+
 _COMMANDS = {
     "stats": _stats, "sessions": _sessions, "queue": _queue, "retained": _retained,
-    "check": _check, "vacuum": _vacuum,
+    "check": _check, "vacuum": _vacuum, "backup": _backup,
 }

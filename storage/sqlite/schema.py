@@ -160,6 +160,15 @@ _OUTBOX = (
 )
 
 
+# Set by `outpost db backup` in the copy: the store that opens it starts a new epoch.
+EPOCH_RENEW = "epoch_renew"
+
+
+def mark_for_new_epoch(conn: sqlite3.Connection) -> None:
+    """Make the first broker that opens this database (a backup copy) start a new epoch."""
+    _set_meta(conn, EPOCH_RENEW, "1")
+
+
 def _set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
     conn.execute(
         "INSERT INTO meta (key, value) VALUES (?, ?) "
@@ -179,7 +188,10 @@ def migrate(
     """Apply every pending migration; returns the names applied.
 
     A new database also gets its `epoch` (a UUID that never changes for this file) and
-    `gateway_id`. `stop_before` builds older versions (fixtures and tests only).
+    `gateway_id`. A copy made by `outpost db backup` carries `epoch_renew`: the first broker
+    that opens it gives it a new epoch (the old one is kept as `previous_epoch`), because the
+    sequence numbers the original handed out after the backup would otherwise be handed out
+    again under the same ids. `stop_before` builds older versions (fixtures and tests only).
     """
     db = Database(conn, execute_plugins=False)
     unknown = [m.name for m in MIGRATIONS.applied(db) if m.name not in KNOWN]
@@ -190,8 +202,14 @@ def migrate(
         pending = pending[: pending.index(stop_before)]
     MIGRATIONS.apply(db, stop_before=stop_before)
     with db.atomic():
-        if conn.execute("SELECT 1 FROM meta WHERE key = 'epoch'").fetchone() is None:
+        epoch = conn.execute("SELECT value FROM meta WHERE key = 'epoch'").fetchone()
+        renew = conn.execute("SELECT 1 FROM meta WHERE key = ?", (EPOCH_RENEW,)).fetchone()
+        if epoch is None or renew is not None:
             _set_meta(conn, "epoch", str(uuid.uuid4()))
+        if renew is not None:
+            if epoch is not None:
+                _set_meta(conn, "previous_epoch", str(epoch[0]))
+            conn.execute("DELETE FROM meta WHERE key = ?", (EPOCH_RENEW,))
         current = conn.execute("SELECT value FROM meta WHERE key = 'gateway_id'").fetchone()
         if current is None or current[0] != gateway_id:
             _set_meta(conn, "gateway_id", gateway_id)

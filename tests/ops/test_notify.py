@@ -6,8 +6,10 @@ through the built-in sender (systemd-python hidden)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import socket
+import statistics
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,27 @@ from tests.ops.support import NotifySocket, start_outpost, wait_until
 from tests.support.mosquitto import free_port
 
 BACKENDS = ["systemd-python", "builtin"]
+WATCHDOG_USEC = 300_000  # pings every 0.15 s
+PINGS = 12  # the cadence is judged on the gaps between this many pings, at least
+
+
+def check_watchdog_cadence(notify: NotifySocket, usec_s: float) -> None:
+    """The pings come at about half of WATCHDOG_USEC (sd_watchdog_enabled(3)).
+
+    A protocol property, not a benchmark: the median gap between consecutive `WATCHDOG=1`
+    datagrams (arrival times at the socket) must lie between 0.25 and 0.75 of WATCHDOG_USEC.
+    The median ignores the odd late ping of a busy machine (the loop starting up, the reload);
+    the band still tells apart a daemon pinging at the full interval (too late for systemd) or
+    far too often.
+    """
+    times = [at for at, text in list(notify.messages) if "WATCHDOG=1" in text.split("\n")]
+    gaps = sorted(b - a for a, b in itertools.pairwise(times))
+    assert len(gaps) >= PINGS - 1, gaps
+    median = statistics.median(gaps)
+    assert 0.25 * usec_s <= median <= 0.75 * usec_s, (
+        f"median gap {median:.3f} s between watchdog pings, WATCHDOG_USEC {usec_s:.3f} s "
+        f"(want about half); gaps {[round(g, 3) for g in gaps]}"
+    )
 
 
 def test_ready_only_after_the_store_is_open_and_every_listener_is_bound(
@@ -74,7 +97,7 @@ def test_notify_protocol_of_a_running_gateway(tmp_path: Path, backend: str) -> N
     try:
         outpost = start_outpost(
             tmp_path, '[status]\nbind = "127.0.0.1:0"\nhistory_interval = 0.2\n',
-            env={"NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "300000"},
+            env={"NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": str(WATCHDOG_USEC)},
             hide_systemd=backend == "builtin",
         )
         wait_until(lambda: notify.count("READY=1") == 1, what="READY=1")
@@ -90,6 +113,9 @@ def test_notify_protocol_of_a_running_gateway(tmp_path: Path, backend: str) -> N
             wait_until(lambda: notify.count("READY=1") == 2, what="READY=1 after reload")
         lines = notify.lines()
         assert lines.index("RELOADING=1") < len(lines) - 1 - lines[::-1].index("READY=1")
+        wait_until(lambda: notify.count("WATCHDOG=1") >= PINGS, timeout=30,
+                   what=f"{PINGS} watchdog pings")
+        check_watchdog_cadence(notify, WATCHDOG_USEC / 1e6)
         assert outpost.stop() == 0
         lines = notify.lines()
         assert "STOPPING=1" in lines

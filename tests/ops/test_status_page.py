@@ -1,7 +1,10 @@
 """The status page in a real headless Chromium (Debian's chromium package), loaded from a
 running gateway with a polled Modbus device, a silent one, an uplink whose cloud is down (its
 backlog grows) and a connected client: what the page shows after its JavaScript ran
-(`--dump-dom`), and a screenshot kept as a test artifact (copied to docs/status-page.png)."""
+(`--dump-dom`), and a screenshot kept as a test artifact: written to
+`test-artifacts/status-page.png` at the repository root (git-ignored; another folder with
+`OUTPOST_TEST_ARTIFACTS=DIR`), and copied to docs/status-page.png when
+`OUTPOST_UPDATE_SCREENSHOT` is set."""
 
 from __future__ import annotations
 
@@ -46,6 +49,12 @@ filter = "devices/#"
 bind = "127.0.0.1:0"
 history_interval = 0.4
 """
+
+
+def artifacts_dir() -> Path:
+    """Where test artifacts are kept after the run: `$OUTPOST_TEST_ARTIFACTS`, else
+    `test-artifacts/` at the repository root (in .gitignore)."""
+    return Path(os.environ.get("OUTPOST_TEST_ARTIFACTS") or ROOT / "test-artifacts")
 
 
 @pytest.fixture(scope="module")
@@ -113,11 +122,16 @@ def test_page_shows_devices_uplink_and_clients(site: Outpost, tmp_path: Path) ->
 def test_screenshot_artifact(site: Outpost, tmp_path: Path) -> None:
     shot = tmp_path / "status-page.png"
     result = chromium(tmp_path, f"--screenshot={shot}", site.url("/"))
+    if shot.exists():  # kept before the checks: a wrong picture is the one worth looking at
+        kept = artifacts_dir() / "status-page.png"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, kept)
     assert result.returncode == 0, result.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
     assert (width, height) == (1200, 900)
     assert len(data) > 20_000  # a rendered page, not a blank one
+    assert (artifacts_dir() / "status-page.png").read_bytes() == data
     if os.environ.get("OUTPOST_UPDATE_SCREENSHOT"):  # refresh the picture in docs/ on request
         shutil.copy(shot, ROOT / "docs" / "status-page.png")

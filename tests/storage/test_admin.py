@@ -99,5 +99,5 @@ def test_cli_commands(stores: StoreFactory) -> None:
 
 def test_every_db_command_is_documented() -> None:
     text = (ROOT / "docs" / "storage.md").read_text(encoding="utf-8")
-    for command in ("stats", "sessions", "queue", "retained", "check", "vacuum"):
+    for command in ("stats", "sessions", "queue", "retained", "check", "vacuum", "backup"):
         assert f"outpost db {command}" in text
