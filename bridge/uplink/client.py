@@ -11,6 +11,13 @@ deleted (acknowledged) or released (refused, failed, abandoned, or read but neve
 outbox knows which records are in flight when its cap removes some. Inbound rules subscribe on
 the remote and publish locally through an in-process link whose client id marks the messages as
 inbound, so the outbox hook never sends them back.
+
+Gateway status: unless the remote's `status_topic` is "", every connection carries a retained
+QoS 1 will `offline` on that topic (published by the remote when the link breaks without a
+DISCONNECT: the gateway crashed, was killed, lost power or network). After each successful
+connect the link publishes a retained `online` there before it drains, and when a session ends
+on the gateway's side (a clean shutdown, or an error that makes the link reconnect) it publishes
+a retained `offline` before its DISCONNECT, which makes the remote discard the will.
 """
 
 from __future__ import annotations
@@ -32,15 +39,20 @@ from bridge.uplink.config import RemoteConfig, UplinkConfig
 from bridge.uplink.envelope import OutboxRecord, Outgoing, outgoing
 from bridge.uplink.outbox import Outbox
 from bridge.uplink.pacing import Backoff, TokenBucket
+from gateway.codec.errors import MQTTProtocolError
 from gateway.codec.packets import Properties
 from gateway.codec.properties import encode_properties
 from gateway.config import parse_host_port
 from gateway.links import Link
+from gateway.topics import validate_topic_name
 
 log = logging.getLogger("outpost.uplink")
 
 IDLE_POLL = 0.05  # seconds between outbox reads when nothing new was signalled
 PUBACK_TIMEOUT = 30.0
+OFFLINE_TIMEOUT = 3.0  # seconds to wait for the PUBACK of `offline` when a session ends
+STATUS_ONLINE = b"online"
+STATUS_OFFLINE = b"offline"
 REFUSED_RETRY = 30.0  # seconds before a record the remote refused is offered again
 
 
@@ -90,6 +102,10 @@ class _Client(aiomqtt.Client):
             self.waiting[info.mid] = future
             self.sent_at[info.mid] = time.monotonic()
         return future
+
+    def is_connected(self) -> bool:
+        """True while the connection is up (paho's view)."""
+        return bool(self._client.is_connected())
 
     def overdue(self, timeout: float) -> bool:
         """True when the oldest unacknowledged publish has waited longer than `timeout`."""
@@ -180,6 +196,15 @@ class RemoteLink:
         self.wake = wake
         self.clock = clock
         self.status = LinkStatus(remote.name)
+        self.status_topic = remote.gateway_status_topic(gateway_id)
+        if self.status_topic is not None:
+            try:
+                validate_topic_name(self.status_topic)
+            except MQTTProtocolError as exc:
+                raise ValueError(
+                    f"uplink remote {remote.name!r}: status topic {self.status_topic!r}: "
+                    f"{exc.reason} (set status_topic, or \"\" for none)"
+                ) from None
         self.backoff = Backoff(remote.backoff_initial, remote.backoff_max)
         self.inflight: set[int] = set()
         self.deferred: dict[int, float] = {}  # refused records: seq -> retry time
@@ -211,11 +236,24 @@ class RemoteLink:
     def _set_connected(self, connected: bool, address: str, why: str = "") -> None:
         if connected != self.status.connected:
             if connected:
-                log.info("uplink %s: connected to %s", self.remote.name, address)
+                log.info("uplink %s: connected to %s; %s",
+                         self.remote.name, address, self.backlog())
             else:
-                log.warning("uplink %s: link to %s lost: %s", self.remote.name, address, why)
+                log.warning("uplink %s: link to %s lost: %s; %s",
+                            self.remote.name, address, why, self.backlog())
         self.status.connected = connected
         self.status.address = address if connected else None
+
+    def backlog(self) -> str:
+        """The outbox figures for a log line: backlog, oldest age, drops so far."""
+        stats = self.outbox.stats()
+        oldest = "none" if stats.oldest_ms is None else (
+            f"{max(0.0, time.time() - stats.oldest_ms / 1000):.1f} s"
+        )
+        return (
+            f"backlog {stats.messages} message(s), {stats.bytes} byte(s), oldest {oldest}, "
+            f"dropped {stats.dropped} so far"
+        )
 
     async def _session(self, host: str, port: int, address: str) -> None:
         remote = self.remote
@@ -227,20 +265,44 @@ class RemoteLink:
             identifier=remote.client_id, protocol=protocol, keepalive=remote.keepalive,
             clean_session=None if remote.protocol == 5 else False,
             tls_context=tls_context(remote), max_inflight_messages=remote.inflight,
-            timeout=10.0, v5=remote.protocol == 5,
+            timeout=10.0, v5=remote.protocol == 5, will=self._will(),
         ) as client:
             self.backoff.reset()
             self._set_connected(True, address)
-            for rule in self.config.inbound:
-                if rule.remote == remote.name:
-                    await client.subscribe(rule.filter, qos=rule.qos)
             try:
+                await self._announce(client, STATUS_ONLINE, PUBACK_TIMEOUT)
+                for rule in self.config.inbound:
+                    if rule.remote == remote.name:
+                        await client.subscribe(rule.filter, qos=rule.qos)
                 async with asyncio.TaskGroup() as group:
                     group.create_task(self._drain(client), name=f"uplink-drain-{remote.name}")
                     group.create_task(self._inbound(client), name=f"uplink-inbound-{remote.name}")
             finally:
                 client.abandon()
                 self.inflight.clear()
+                # Still connected: the session ends on our side (shutdown, or an error that
+                # makes us reconnect). Our DISCONNECT makes the remote discard the will, so
+                # say `offline` ourselves first; the drain has stopped, nothing follows it.
+                if client.is_connected():
+                    with contextlib.suppress(Exception):
+                        await self._announce(client, STATUS_OFFLINE, OFFLINE_TIMEOUT)
+
+    def _will(self) -> aiomqtt.Will | None:
+        """`offline` (retained, QoS 1) on the status topic, for the remote to publish when the
+        connection breaks without a DISCONNECT."""
+        if self.status_topic is None:
+            return None
+        return aiomqtt.Will(self.status_topic, STATUS_OFFLINE, qos=1, retain=True)
+
+    async def _announce(self, client: _Client, state: bytes, timeout: float) -> None:
+        """Publish the retained gateway status and wait for its PUBACK."""
+        if self.status_topic is None:
+            return
+        future = client.publish_start(Outgoing(self.status_topic, state, 1, True))
+        code = await asyncio.wait_for(future, timeout)
+        if code:
+            log.warning("uplink %s: remote refused the gateway status on %s with 0x%02X",
+                        self.remote.name, self.status_topic, code)
 
     async def _inbound(self, client: _Client) -> None:
         link = self.inbound_link

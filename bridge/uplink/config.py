@@ -27,7 +27,9 @@ from pydantic import (
 
 from gateway.codec.errors import MQTTProtocolError
 from gateway.config_paths import existing_file
-from gateway.topics import validate_topic_filter
+from gateway.topics import validate_topic_filter, validate_topic_name
+
+DEFAULT_STATUS_TOPIC = "outpost-status/{gateway_id}"
 
 
 def _valid_filter(value: str) -> str:
@@ -98,6 +100,27 @@ class RemoteConfig(_Section):
     )
     backoff_initial: Annotated[float, Field(gt=0)] = 1.0
     backoff_max: Annotated[float, Field(gt=0)] = 60.0
+    status_topic: str | None = Field(
+        default=None,
+        description='retained gateway status (online/offline, will on a lost link) on this'
+        ' remote; default "outpost-status/<gateway_id>", "" for none',
+    )
+
+    @field_validator("status_topic")
+    @classmethod
+    def _check_status_topic(cls, value: str | None) -> str | None:
+        if value:
+            try:
+                validate_topic_name(value)
+            except MQTTProtocolError as exc:
+                raise ValueError(exc.reason) from None
+        return value
+
+    def gateway_status_topic(self, gateway_id: str) -> str | None:
+        """The topic of this gateway's status on the remote, or None when disabled."""
+        if self.status_topic is None:
+            return DEFAULT_STATUS_TOPIC.format(gateway_id=gateway_id)
+        return self.status_topic or None
 
     @field_validator("addresses")
     @classmethod

@@ -2,8 +2,9 @@
 
 How this works: the composition layer creates the outbox and the `UplinkHook` before the broker
 (the hook must see every publish), then `UplinkService.start` once the broker runs. The service
-wakes the drain loops when the hook appends, publishes `$SYS/outpost/uplink` (JSON, the cloud
-contract's fields) every `status_interval`, and logs backlog changes on link state changes.
+wakes the drain loops when the hook appends and publishes `$SYS/outpost/uplink` (JSON, the cloud
+contract's fields) every `status_interval`. Each link logs the backlog (messages, bytes, oldest
+age, drops so far) when it connects or loses its connection.
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ class UplinkService:
                 self.status_link.publish(STATUS_TOPIC, payload, 0, True)
 
     async def stop(self) -> None:
-        """Cancel the links (unacknowledged records stay in the outbox)."""
+        """Cancel the links (unacknowledged records stay in the outbox); a connected link
+        publishes the retained gateway status `offline` before it disconnects."""
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:

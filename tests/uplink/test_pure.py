@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from bridge.uplink.config import TopicMap, UplinkConfig
+from bridge.uplink.client import RemoteLink
+from bridge.uplink.config import RemoteConfig, TopicMap, UplinkConfig
 from bridge.uplink.envelope import OutboxRecord, outgoing
 from bridge.uplink.outbox import MemoryOutbox, RuleLimits
 from bridge.uplink.pacing import Backoff, TokenBucket
@@ -37,6 +39,24 @@ def test_config_errors_name_the_rule() -> None:
         })
     with pytest.raises(ValidationError, match="filter"):
         UplinkConfig.model_validate({"forward": [{"filter": "a/#/b"}]})
+
+
+def test_gateway_status_topic_default_custom_and_off() -> None:
+    remote = RemoteConfig(addresses=["h:1"])
+    assert remote.gateway_status_topic("site7") == "outpost-status/site7"
+    assert RemoteConfig(addresses=["h:1"], status_topic="a/b").gateway_status_topic("x") == "a/b"
+    assert RemoteConfig(addresses=["h:1"], status_topic="").gateway_status_topic("x") is None
+    with pytest.raises(ValidationError, match="wildcard"):
+        RemoteConfig(addresses=["h:1"], status_topic="a/+/status")
+
+
+def test_a_gateway_id_unfit_for_the_default_status_topic_is_refused_at_start() -> None:
+    config = UplinkConfig(enabled=True, remotes=[RemoteConfig(addresses=["h:1"])])
+    with pytest.raises(ValueError, match="set status_topic"):
+        RemoteLink(config, config.remotes[0], MemoryOutbox(), "site#7", None, asyncio.Event())
+    off = RemoteConfig(addresses=["h:1"], status_topic="")
+    link = RemoteLink(config, off, MemoryOutbox(), "site#7", None, asyncio.Event())
+    assert link.status_topic is None
 
 
 def test_backoff_full_jitter_is_capped() -> None:
