@@ -7,10 +7,16 @@ What must hold after every restart:
   what it had no acknowledgement for, with DUP and the same packet id, and PUBREL for what
   got a PUBREC: the broker's restored incoming QoS 2 state keeps those from being routed
   twice; the subscriber deduplicates by packet id as the protocol says);
-- acknowledged retained messages, sessions and subscriptions come back;
+- a retained topic reads back the value of its last acknowledged retained PUBLISH (or of a
+  later one the publisher had sent but got no PUBACK for, never an older one), and a topic
+  whose clear was acknowledged stays cleared;
+- a persistent session whose CONNACK arrived is present, every subscription whose SUBACK
+  arrived delivers (at the granted QoS) and every acknowledged UNSUBSCRIBE is gone (again up
+  to later requests sent without an answer);
 - a corrupt database file does not stop the broker.
 
-Moments are drawn from a seeded generator, so a failure can be replayed.
+Moments are drawn from a seeded generator, so a failure can be replayed; the tests that
+kill at random moments print them (shown with the output of a failed test, or with -s).
 """
 
 from __future__ import annotations
@@ -34,8 +40,11 @@ from gateway.codec.packets import (
     Publish,
     PubRec,
     PubRel,
+    SubAck,
     Subscribe,
     Subscription,
+    UnsubAck,
+    Unsubscribe,
 )
 from tests.e2e.helpers import ClosedError, RawClient
 from tests.support.broker_proc import BrokerProcess, start_broker
@@ -296,6 +305,159 @@ def test_subscription_acknowledged_just_before_a_kill_survives(tmp_path: Path) -
     assert subscriber.got == [0]
 
 
+SUB_FILTERS = [f"subs/{k}" for k in range(16)]  # fewer than max_inflight: no delivery waits
+
+
+@dataclass
+class SubscriptionChanger:
+    """A persistent-session client that pipelines SUBSCRIBE / UNSUBSCRIBE of `SUB_FILTERS`.
+
+    Op n is (filter, qos) for SUBSCRIBE or (filter, None) for UNSUBSCRIBE. Requests that got no
+    answer before a kill are not resent (MQTT does not): their outcome stays unknown.
+    """
+
+    client_id: str
+    ops: list[tuple[str, int | None]]
+    window: int = 10
+    acked: set[int] = field(default_factory=set)  # SUBACK / UNSUBACK received
+    next_op: int = 0
+    connect_sent: bool = False  # a CONNECT went out: the session may exist
+    connack: bool = False  # a CONNACK arrived: the session must exist
+    error: BaseException | None = None
+
+    def run(self, proc: BrokerProcess, start_delay: float) -> None:
+        """Connect after `start_delay` s and send the ops until done or the broker goes away."""
+        time.sleep(start_delay)
+        pending: dict[int, int] = {}  # packet id -> op
+        pid = 0
+        try:
+            with RawClient.to(proc, timeout=10) as c:
+                self.connect_sent = True
+                c.send(Connect(self.client_id, 4, False, 60))
+                assert c.recv_frame()[:2] == b"\x20\x02"
+                self.connack = True
+                while self.next_op < len(self.ops) or pending:
+                    while self.next_op < len(self.ops) and len(pending) < self.window:
+                        pid = pid % 65535 + 1
+                        topic_filter, qos = self.ops[self.next_op]
+                        if qos is None:
+                            c.send(Unsubscribe(pid, [topic_filter]))
+                        else:
+                            c.send(Subscribe(pid, [Subscription(topic_filter, qos)]))
+                        pending[pid] = self.next_op
+                        self.next_op += 1
+                    packet = c.recv()
+                    if isinstance(packet, SubAck | UnsubAck):
+                        self.acked.add(pending.pop(packet.packet_id))
+                    elif isinstance(packet, Publish):
+                        c.ack(packet)  # a probe of an earlier check, resent on reconnect
+                c.send(Disconnect())
+        except (ClosedError, ConnectionError, OSError):
+            pass
+        except BaseException as exc:  # re-raised by the test thread
+            self.error = exc
+
+    def allowed(self) -> dict[str, set[int | None]]:
+        """Per filter: the subscription QoS (None: none) the broker may hold now."""
+        sent = self.ops[: self.next_op]
+        last_acked: dict[str, int] = {}
+        for number in self.acked:
+            topic_filter = sent[number][0]
+            last_acked[topic_filter] = max(last_acked.get(topic_filter, -1), number)
+        allowed: dict[str, set[int | None]] = {
+            f: set() if f in last_acked else {None} for f in SUB_FILTERS
+        }
+        for number, (topic_filter, qos) in enumerate(sent):
+            if number >= last_acked.get(topic_filter, -1):
+                allowed[topic_filter].add(qos)
+        return allowed
+
+
+def subscription_ops(rng: random.Random, count: int) -> list[tuple[str, int | None]]:
+    """Random SUBSCRIBE (QoS 0 or 1) and, one in three, UNSUBSCRIBE requests."""
+    return [
+        (rng.choice(SUB_FILTERS), None if rng.random() < 1 / 3 else rng.randrange(2))
+        for _ in range(count)
+    ]
+
+
+def check_sessions(proc: BrokerProcess, clients: list[SubscriptionChanger], probe: int) -> None:
+    """Reconnect every client, publish one QoS 1 probe per filter and see who gets it how."""
+    conns: list[RawClient] = []
+    try:
+        for client in clients:
+            conns.append(c := RawClient.to(proc, timeout=10))
+            connack = c.connect(client.client_id, clean=False)
+            assert connack[:2] == b"\x20\x02" and connack[3] == 0, connack
+            present = bool(connack[2] & 1)
+            if client.connack:
+                assert present, f"{client.client_id}: acknowledged session lost"
+            elif not client.connect_sent:
+                assert not present, f"{client.client_id}: session that never connected"
+            client.connect_sent = client.connack = True
+        tag = b"probe%d" % probe
+        with RawClient.to(proc, timeout=10) as p:
+            p.connect("probe")
+            for topic in SUB_FILTERS:
+                p.publish(topic, tag, qos=1)  # PUBACK: routed to every subscribed session
+        wrong = []
+        for client, c in zip(clients, conns, strict=True):
+            got: dict[str, int] = {}
+            while publishes := [x for x in c.sync() if isinstance(x, Publish)]:
+                for packet in publishes:  # earlier probes (resent), then this one
+                    c.ack(packet)
+                    if packet.payload == tag:
+                        assert packet.topic not in got, f"{client.client_id}: {packet} twice"
+                        got[packet.topic] = packet.qos
+            c.send(Disconnect())
+            for topic_filter, allowed in client.allowed().items():
+                if got.get(topic_filter) not in allowed:
+                    wrong.append((client.client_id, topic_filter, got.get(topic_filter), allowed))
+        assert not wrong, (
+            f"{len(wrong)} subscription(s) not as acknowledged, "
+            f"(client, filter, delivered QoS, allowed) e.g. {wrong[:5]}"
+        )
+    finally:
+        for c in conns:
+            c.close()
+
+
+@pytest.mark.parametrize("moment", range(MOMENTS or 3))
+def test_kill_while_sessions_subscribe_and_unsubscribe(tmp_path: Path, moment: int) -> None:
+    """Persistent-session clients connect (some while the kill comes) and change their
+    subscriptions, pipelined; the broker is killed twice mid-stream and checked after each
+    restart: sessions, subscriptions and their QoS as acknowledged."""
+    rng = random.Random(SEED + 300 + moment)
+    clients = [SubscriptionChanger(f"subs-{n}", subscription_ops(rng, 10000)) for n in range(6)]
+    proc = broker(tmp_path, 0)
+    try:
+        for round_ in range(2):
+            delay = rng.uniform(0.05, 1.0)
+            # the first client works all along, the others connect up to the kill itself
+            starts = [0.0] + [rng.uniform(0.0, delay) for _ in clients[1:]]
+            timer = kill_later(proc, delay)
+            threads = [
+                threading.Thread(target=client.run, args=(proc, start))
+                for client, start in zip(clients, starts, strict=True)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            timer.join()
+            kill(proc)
+            for client in clients:
+                if client.error is not None:
+                    raise client.error
+            print(f"moment {moment} round {round_}: killed after {delay:.3f} s; clients "
+                  f"started at {', '.join(f'{s:.2f}' for s in starts)} s; sent/acked "
+                  f"{', '.join(f'{c.next_op}/{len(c.acked)}' for c in clients)}")
+            proc = broker(tmp_path, round_ + 1)
+            check_sessions(proc, clients, round_)
+    finally:
+        proc.stop()
+
+
 def test_qos2_packet_id_reused_after_a_kill_is_a_new_message(tmp_path: Path) -> None:
     """PUBCOMP frees the publisher's packet id: the broker must have forgotten it durably.
 
@@ -322,39 +484,94 @@ def test_qos2_packet_id_reused_after_a_kill_is_a_new_message(tmp_path: Path) -> 
     assert sorted(subscriber.got) == [0, 1]
 
 
-def test_retained_messages_survive_a_kill(tmp_path: Path) -> None:
-    count = 400
+RETAINED_TOPICS = 150
+
+
+@dataclass
+class RetainedPublisher(Publisher):
+    """A `Publisher` whose message n sets (payload v<n>) or clears (empty) a retained topic."""
+
+    ops: list[tuple[str, bytes]] = field(default_factory=list)  # message number -> (topic, payload)
+
+    def _publish(self, c: RawClient, pid: int, number: int, dup: bool) -> None:
+        topic, payload = self.ops[number]
+        c.send(Publish(topic, payload, 1, True, dup, pid))
+
+
+def retained_ops(rng: random.Random, count: int) -> list[tuple[str, bytes]]:
+    """Sets and clears (one in five) of random topics; every set payload is unique."""
+    return [
+        (f"ret/{rng.randrange(RETAINED_TOPICS)}", b"" if rng.random() < 0.2 else b"v%d" % n)
+        for n in range(count)
+    ]
+
+
+def read_retained(proc: BrokerProcess) -> dict[str, bytes]:
+    with RawClient.to(proc, timeout=10) as c:
+        c.send(Connect("ret-check", 4, True, 60))
+        assert c.recv_frame()[:2] == b"\x20\x02"
+        c.send(Subscribe(1, [Subscription("ret/#", 0)]))
+        got: dict[str, bytes] = {}
+        for packet in c.sync():
+            if isinstance(packet, Publish):
+                assert packet.retain and packet.topic not in got, packet
+                got[packet.topic] = packet.payload
+        return got
+
+
+def check_retained(publisher: RetainedPublisher, got: dict[str, bytes]) -> None:
+    """Each topic holds what its last acknowledged op left or what a later sent op left."""
+    sent = publisher.ops[: publisher.next_number]
+    last_acked: dict[str, int] = {}
+    for number in publisher.acked:
+        topic = sent[number][0]
+        last_acked[topic] = max(last_acked.get(topic, -1), number)
+    allowed: dict[str, set[bytes]] = {}
+    for number, (topic, payload) in enumerate(sent):
+        if topic not in last_acked:
+            allowed.setdefault(topic, {b""})  # nothing acknowledged: may still be unset
+        if number >= last_acked.get(topic, -1):
+            allowed.setdefault(topic, set()).add(payload)
+    wrong = {
+        topic: (
+            got.get(topic, b"<absent>"),
+            (sent[last_acked[topic]][1] or b"<cleared>") if topic in last_acked else b"<none>",
+        )
+        for topic in set(allowed) | set(got)
+        if got.get(topic, b"") not in allowed.get(topic, {b""})
+    }
+    assert not wrong, (
+        f"{len(wrong)} retained topic(s) lost an acknowledged value, "
+        f"topic: (read back, last acknowledged) e.g. {sorted(wrong.items())[:5]}"
+    )
+
+
+@pytest.mark.parametrize("moment", range(MOMENTS or 3))
+def test_kill_while_setting_and_clearing_retained_messages(tmp_path: Path, moment: int) -> None:
+    """A stream of retained sets and clears (QoS 1, pipelined), killed twice mid-stream.
+
+    After each restart the retained store is read back before the publisher resumes (it then
+    resends what got no PUBACK, with DUP, and goes on).
+    """
+    rng = random.Random(SEED + 200 + moment)
+    count = 50000  # many times two kills' worth: each kill lands mid-stream
+    publisher = RetainedPublisher(
+        "ret-pub", dict.fromkeys(range(count), 1), ops=retained_ops(rng, count)
+    )
     proc = broker(tmp_path, 0)
-    acked: set[int] = set()
-    with RawClient.to(proc) as c:
-        c.send(Connect("ret-pub", 4, True, 60))
-        c.recv_frame()
-        for n in range(count):
-            c.send(Publish(f"ret/{n}", b"v%d" % n, 1, True, False, n + 1))
-        timer = kill_later(proc, 0.0)
-        try:
-            while len(acked) < count:
-                packet = c.recv()
-                if isinstance(packet, PubAck):
-                    acked.add(packet.packet_id - 1)
-        except (ClosedError, AssertionError, OSError):
-            pass
-        timer.join()
-    kill(proc)
-    proc = broker(tmp_path, 1)
     try:
-        with RawClient.to(proc) as c:
-            c.send(Connect("ret-sub", 4, True, 60))
-            c.recv_frame()
-            c.send(Subscribe(1, [Subscription("ret/#", 0)]))
-            got = {}
-            for packet in c.sync(timeout=10):
-                if isinstance(packet, Publish):
-                    got[packet.topic] = packet.payload
+        for round_ in range(2):
+            delay = rng.uniform(0.05, 1.2)
+            timer = kill_later(proc, delay)
+            finished = publisher.run(proc)
+            timer.join()
+            kill(proc)
+            print(f"moment {moment} round {round_}: killed after {delay:.3f} s; "
+                  f"{publisher.next_number} sent, {len(publisher.acked)} acked, {finished=}")
+            proc = broker(tmp_path, round_ + 1)
+            check_retained(publisher, read_retained(proc))
     finally:
         proc.stop()
-    for n in acked:
-        assert got.get(f"ret/{n}") == b"v%d" % n
 
 
 def test_corrupt_database_does_not_stop_the_broker(tmp_path: Path) -> None:
