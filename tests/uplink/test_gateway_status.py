@@ -8,25 +8,17 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import paho.mqtt.client as mqtt
 import pytest
 
-from tests.conftest import require
 from tests.support.broker_proc import BrokerProcess
-from tests.support.mosquitto import Mosquitto, start_mosquitto
+from tests.support.mosquitto import Mosquitto
 from tests.uplink.test_uplink_e2e import Recorder, publish_local, uplink_config, wait_for
 
 STATUS = "outpost-status/site7"  # the default for gateway_id "site7"
 
-
-@pytest.fixture
-def cloud(tmp_path: Path) -> Iterator[Mosquitto]:
-    require("mosquitto")
-    with start_mosquitto(tmp_path / "cloud", extra_config=("user root",)) as broker:
-        yield broker
 
 
 def payloads(recorder: Recorder) -> list[bytes]:

@@ -8,23 +8,13 @@ of the copy sent to the cloud, whatever the local publish used.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
-from tests.conftest import require
 from tests.support.broker_proc import BrokerProcess
-from tests.support.mosquitto import Mosquitto, start_mosquitto
+from tests.support.mosquitto import Mosquitto
 from tests.uplink.test_uplink_e2e import Recorder, props, publish_local, uplink_config, wait_for
-
-
-@pytest.fixture
-def cloud(tmp_path: Path) -> Iterator[Mosquitto]:
-    require("mosquitto")
-    config = ("user root",)
-    with start_mosquitto(tmp_path / "cloud", persistence=True, extra_config=config) as broker:
-        yield broker
 
 
 def uplink_status(port: int) -> Recorder:

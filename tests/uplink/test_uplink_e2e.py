@@ -5,20 +5,17 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import paho.mqtt.client as mqtt
-import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tests.conftest import require
 from tests.e2e.helpers import wait_for
 from tests.support.broker_proc import BrokerProcess
-from tests.support.mosquitto import Mosquitto, start_mosquitto
+from tests.support.mosquitto import Mosquitto
 
 
 class Recorder:
@@ -105,14 +102,6 @@ filter = "cmd/site7/#"
 topic = {{ strip = "cmd/site7/", prefix = "devices/" }}
 """
 
-
-@pytest.fixture
-def cloud(tmp_path: Path) -> Iterator[Mosquitto]:
-    require("mosquitto")
-    # As root, mosquitto drops to its own user and could not write its persistence file here.
-    config = ("user root",)
-    with start_mosquitto(tmp_path / "cloud", persistence=True, extra_config=config) as broker:
-        yield broker
 
 
 def props(message: mqtt.MQTTMessage) -> dict[str, str]:

@@ -1,0 +1,21 @@
+"""The cloud broker the uplink tests forward to: a real mosquitto on a free port."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require
+from tests.support.mosquitto import Mosquitto, start_mosquitto
+
+
+@pytest.fixture
+def cloud(tmp_path: Path) -> Iterator[Mosquitto]:
+    """A mosquitto with persistence (retained messages and sessions survive its restarts)."""
+    require("mosquitto")
+    # As root, mosquitto drops to its own user and could not write its persistence file here.
+    config = ("user root",)
+    with start_mosquitto(tmp_path / "cloud", persistence=True, extra_config=config) as broker:
+        yield broker
