@@ -54,6 +54,7 @@ from gateway.hooks import (
     SessionRecord,
 )
 from gateway.inflight import Outbound
+from gateway.log_sampling import worth_logging
 from gateway.message import Message
 from gateway.retained import RetainedStore
 from gateway.router import SubscriptionTable
@@ -304,7 +305,7 @@ class Broker:
             return False
         self.counters.topic_limited += 1
         count = self.counters.topic_limited
-        if count <= 10 or count % 1000 == 0:
+        if worth_logging(count, every=1000):
             log.warning(
                 "refused the %s topic of %s from %s: %d bytes / %d levels is over the limit "
                 "(%d bytes, %d levels; %d refused so far)", what, info.client_id, info.peer,
@@ -348,7 +349,7 @@ class Broker:
                 if now - conn.opened_at > timeout:
                     self.counters.refused_timeout += 1
                     count = self.counters.refused_timeout
-                    if count <= 10 or count % 100 == 0:  # the first ten, then every hundredth
+                    if worth_logging(count, every=100):
                         log.info("no CONNECT from %s within %g s: closing "
                                  "(limits.connect_timeout; %d so far)", conn.peer, timeout, count)
                     conn.sink.close()

@@ -24,6 +24,7 @@ from gateway.codec.packets import Publish, PubRel
 from gateway.config import LimitsConfig
 from gateway.hooks import Access, BrokerHooks
 from gateway.inflight import Delivery, PageLoader
+from gateway.log_sampling import worth_logging
 from gateway.message import Message
 from gateway.router import SharedGroup, SubOptions, SubscriptionTable
 from gateway.session import Connection, Session
@@ -199,7 +200,7 @@ class Dispatcher:
         self.counters.dropped += 1
         if delivery.qos > 0 and session.persistent:
             self.hooks.qos_completed(session.client_id, delivery)
-        if session.dropped == 1 or session.dropped % 1000 == 0:
+        if worth_logging(session.dropped, every=1000, first=1):
             log.warning(
                 "queue full for client %s: dropped %d message(s) so far (policy %s)",
                 session.client_id, session.dropped, self.limits.queue_overflow,

@@ -23,6 +23,7 @@ from gateway.codec.packets import (
 )
 from gateway.codec.reason_codes import ReasonCode, v3_connack_code
 from gateway.hooks import INTERNAL_LISTENERS, Access
+from gateway.log_sampling import worth_logging
 from gateway.session import NEVER_EXPIRES, ClientInfo, Connection, Session
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) ->
         refusal = ReasonCode.SERVER_BUSY
         broker.counters.refused_busy += 1
         count = broker.counters.refused_busy
-        if count <= 10 or count % 100 == 0:  # the first ten, then every hundredth
+        if worth_logging(count, every=100):
             log.warning(
                 "refused %s from %s: %d clients connected (limits.max_connections; %d refused "
                 "so far)", client_id, conn.peer, broker.limits.max_connections, count,

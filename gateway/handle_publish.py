@@ -25,6 +25,7 @@ from gateway.codec.packets import (
 )
 from gateway.codec.reason_codes import ReasonCode
 from gateway.hooks import Access
+from gateway.log_sampling import worth_logging
 from gateway.message import V3_VERSIONS, Message
 from gateway.session import Connection
 
@@ -117,7 +118,7 @@ def on_publish(broker: Broker, conn: Connection, packet: Publish, now: float, ra
 def store_full(broker: Broker, conn: Connection, packet: Publish) -> None:
     """The durable store cannot take more: never acknowledge what was not stored."""
     broker.counters.store_full += 1
-    if broker.counters.store_full == 1 or broker.counters.store_full % 1000 == 0:
+    if worth_logging(broker.counters.store_full, every=1000, first=1):
         log.error(
             "store full (size cap or disk headroom): refused %d QoS 1/2 message(s) so far",
             broker.counters.store_full,

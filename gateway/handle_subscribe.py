@@ -19,6 +19,7 @@ from gateway.codec.packets import (
 )
 from gateway.codec.reason_codes import SUBACK_FAILURE_V3, ReasonCode
 from gateway.hooks import Access
+from gateway.log_sampling import worth_logging
 from gateway.router import SubOptions
 from gateway.session import Connection, Session
 from gateway.topics import parse_shared
@@ -49,7 +50,7 @@ def on_subscribe(broker: Broker, conn: Connection, packet: Subscribe, now: float
                 and len(session.subscriptions) >= broker.limits.max_subscriptions_per_client):
             broker.counters.subscriptions_limited += 1
             count = broker.counters.subscriptions_limited
-            if count <= 10 or count % 1000 == 0:
+            if worth_logging(count, every=1000):
                 log.warning("refused subscription %r of %s: it has %d, the limit "
                             "(limits.max_subscriptions_per_client); %d refused so far",
                             sub.topic_filter, session.client_id, len(session.subscriptions),

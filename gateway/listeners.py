@@ -55,6 +55,7 @@ from gateway.config import (
     ListenerConfig,
     is_loopback,
 )
+from gateway.log_sampling import worth_logging
 from gateway.security_files import SecurityFiles, load_certificates
 from gateway.session import ClientInfo
 
@@ -65,8 +66,7 @@ log = logging.getLogger("outpost.listeners")
 
 WS_SUBPROTOCOLS = ("mqtt", "mqttv3.1")
 UNIX_SOURCE = "unix"
-_LOG_FIRST = 10  # refusals of one kind logged one by one; after that every _LOG_EVERY-th
-_LOG_EVERY = 100
+_LOG_EVERY = 100  # refusals of one kind: the first ten logged, then every hundredth
 # Password checks (PBKDF2 in one worker thread) waiting at once, in total and per address: a
 # flood of guesses cannot queue minutes of hashing in front of everyone else's login. Clients
 # whose verdict is cached (reconnects) need no check at all.
@@ -156,7 +156,7 @@ class Admission:
             text = ("too many connections before CONNECT from all sources "
                     "(limits.max_pending_connections)")
         count = self._refused[reason] = self._refused.get(reason, 0) + 1
-        if count <= _LOG_FIRST or count % _LOG_EVERY == 0:
+        if worth_logging(count, _LOG_EVERY):
             log.warning("refused a connection from %s: %s (%d refused so far)",
                         source, text, count)
         return False
@@ -236,7 +236,7 @@ class Admission:
             return True
         self.server.broker.counters.refused_pending += 1
         count = self._refused["hashing"] = self._refused.get("hashing", 0) + 1
-        if count <= _LOG_FIRST or count % _LOG_EVERY == 0:
+        if worth_logging(count, _LOG_EVERY):
             log.warning("closed a CONNECT from %s: %d password checks are already waiting "
                         "(%d from there); %d closed so far", source, waiting,
                         self.hashing.get(source, 0), count)
@@ -257,7 +257,7 @@ class Admission:
             return
         failures = self.throttle.failed(source, now)
         self.server.broker.counters.auth_failed += 1
-        if failures <= _LOG_FIRST or failures % _LOG_EVERY == 0:
+        if worth_logging(failures, _LOG_EVERY):
             log.warning(
                 "failed login from %s on %s (user %r, client %r): %d failure(s) from there; "
                 "its next CONNECT waits %.1f s", source, protocol.label, packet.username,

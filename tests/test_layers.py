@@ -24,6 +24,7 @@ RANKS: dict[str, int] = {
     "gateway.retained": CORE,
     "gateway.inflight": CORE,
     "gateway.session": CORE,
+    "gateway.log_sampling": CORE,  # which occurrence of a repeated event is logged
     "gateway.config": CONTRACTS,
     "gateway.config_paths": CONTRACTS,  # config-relative file paths (pydantic validators)
     "gateway.hooks": CONTRACTS,
