@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import wire
+from bench.compare import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MOSQUITTO = "/usr/sbin/mosquitto"
@@ -67,12 +68,6 @@ def pin_self(cpus: set[int] | None) -> None:
     if cpus:
         with contextlib.suppress(OSError):
             os.sched_setaffinity(0, cpus)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_connectable(port: int, timeout: float) -> float:
@@ -250,6 +245,23 @@ def publisher_loop(port: int, client_id: str, topic: str, payload: bytes, window
                 acked.value += acks  # type: ignore[attr-defined]
     c.close()
     _ = pid_offset
+
+
+def ack_publishes(buf: bytearray) -> tuple[int, list[bytes]]:
+    """Take the complete packets off the front of `buf`: (PUBLISHes among them, the PUBACKs
+    their QoS 1 ones need). A partial packet stays in `buf` for the next read."""
+    publishes = 0
+    acks: list[bytes] = []
+    pos = 0
+    while (found := wire.split_packet(buf, pos)) is not None:
+        first, body, pos = found
+        if first >> 4 == wire.PUBLISH:
+            publishes += 1
+            if (first >> 1) & 3:
+                topic_len = u16(bytes(buf[body:body + 2]), 0)
+                acks.append(wire.puback(u16(bytes(buf), body + 2 + topic_len)))
+    del buf[:pos]
+    return publishes, acks
 
 
 def count_pubacks(data: bytes) -> int:

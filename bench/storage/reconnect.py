@@ -53,21 +53,10 @@ def drain(port: int, count: int, pid: int) -> dict[str, object]:
         if not chunk:
             raise ConnectionError("broker closed the connection")
         buf += chunk
-        acks = []
-        pos = 0
-        while True:
-            found = wire.split_packet(buf, pos)
-            if found is None:
-                break
-            first, body, end = found
-            if first >> 4 == wire.PUBLISH:
-                if first_publish is None:
-                    first_publish = time.monotonic()
-                topic_len = common.u16(bytes(buf[body:body + 2]), 0)
-                acks.append(wire.puback(common.u16(bytes(buf), body + 2 + topic_len)))
-            pos = end
-        del buf[:pos]
-        got += len(acks)
+        publishes, acks = common.ack_publishes(buf)
+        if publishes and first_publish is None:
+            first_publish = time.monotonic()
+        got += publishes
         if acks:
             sock.sendall(b"".join(acks))
     elapsed = time.monotonic() - (first_publish or t0)

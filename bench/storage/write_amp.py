@@ -25,7 +25,6 @@ import threading
 import time
 from pathlib import Path
 
-from bench import wire
 from bench.procstat import cpu_seconds
 from bench.storage import common
 
@@ -57,18 +56,7 @@ def online_subscriber(port: int, stop: threading.Event, got: list[int]) -> None:
         if not chunk:
             break
         buf += chunk
-        acks = []
-        pos = 0
-        while True:
-            found = wire.split_packet(buf, pos)
-            if found is None:
-                break
-            first, body, end = found
-            if first >> 4 == wire.PUBLISH and (first >> 1) & 3:
-                topic_len = common.u16(bytes(buf[body:body + 2]), 0)
-                acks.append(wire.puback(common.u16(bytes(buf), body + 2 + topic_len)))
-            pos = end
-        del buf[:pos]
+        _, acks = common.ack_publishes(buf)
         got[0] += len(acks)
         if acks:
             sock.sendall(b"".join(acks))
