@@ -219,9 +219,7 @@ class SqliteStore(BrokerHooks):
         for topic_filter in old.keys() - new.keys():
             batch.subscriptions[(sid, topic_filter)] = None
         self._saved_subs[sid] = new
-        batch.ops += 1
-        if not self._scheduled:
-            self._schedule()
+        self._count(batch)
 
     def session_deleted(self, client_id: str) -> None:
         sid = self._sids.pop(client_id, None)
@@ -232,9 +230,7 @@ class SqliteStore(BrokerHooks):
         batch.session_deletes.append(sid)
         self._saved_rows.pop(sid, None)
         self._saved_subs.pop(sid, None)
-        batch.ops += 1
-        if not self._scheduled:
-            self._schedule()
+        self._count(batch)
 
     def qos_stored(self, client_id: str, delivery: Delivery) -> None:
         sid = self._sids.get(client_id) or self._sid(client_id)
@@ -258,9 +254,7 @@ class SqliteStore(BrokerHooks):
         if per_sid is None:
             per_sid = batch.inserts[sid] = {}
         per_sid[seq] = (delivery, delivery_row(sid, delivery))
-        batch.ops += 1
-        if not self._scheduled:
-            self._schedule()
+        self._count(batch)
         if batch.ops >= BIG_BATCH and self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
 
@@ -275,9 +269,7 @@ class SqliteStore(BrokerHooks):
             per_sid[seq] = (delivery, delivery_row(sid, delivery))
         else:
             batch.updates[(sid, seq)] = (delivery.packet_id, int(delivery.released))
-        batch.ops += 1
-        if not self._scheduled:
-            self._schedule()
+        self._count(batch)
 
     def qos_completed(self, client_id: str, delivery: Delivery) -> None:
         sid = self._sids.get(client_id)
@@ -292,18 +284,14 @@ class SqliteStore(BrokerHooks):
             return
         batch.updates.pop((sid, seq), None)
         batch.deletes.append((sid, seq, delivery.message.store_id))
-        batch.ops += 1
-        if not self._scheduled:
-            self._schedule()
+        self._count(batch)
 
     def qos2_received(self, client_id: str, packet_id: int) -> None:
         key = (self._sid(client_id), packet_id)
         batch = self._batch
         batch.qos2_del.discard(key)
         batch.qos2_add.add(key)
-        batch.ops += 1
-        if not self._scheduled:
-            self._schedule()
+        self._count(batch)
 
     def qos2_released(self, client_id: str, packet_id: int) -> None:
         sid = self._sids.get(client_id)
@@ -313,24 +301,24 @@ class SqliteStore(BrokerHooks):
         batch = self._batch
         batch.qos2_add.discard(key)
         batch.qos2_del.add(key)
-        batch.ops += 1
-        if not self._scheduled:
-            self._schedule()
+        self._count(batch)
 
     def retained_changed(self, topic: str, message: Message | None) -> None:
         batch = self._batch
         batch.retained[topic] = None if message is None else retained_row(message, self.clock)
-        batch.ops += 1
-        if not self._scheduled:
-            self._schedule()
+        self._count(batch)
 
     def outbox_batch(self) -> Batch:
         """The batch the next group commit writes (the uplink outbox records into it)."""
         batch = self._batch
+        self._count(batch)
+        return batch
+
+    def _count(self, batch: Batch) -> None:
+        """One more change in `batch`: a commit must come even if no flush asks for one."""
         batch.ops += 1
         if not self._scheduled:
             self._schedule()
-        return batch
 
     # -- group commit ----------------------------------------------------------------------
 
