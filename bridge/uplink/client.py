@@ -39,12 +39,10 @@ from bridge.uplink.config import RemoteConfig, UplinkConfig
 from bridge.uplink.envelope import OutboxRecord, Outgoing, outgoing
 from bridge.uplink.outbox import Outbox
 from bridge.uplink.pacing import Backoff, TokenBucket
-from gateway.codec.errors import MQTTProtocolError
 from gateway.codec.packets import Properties
 from gateway.codec.properties import encode_properties
 from gateway.config import parse_host_port
 from gateway.links import Link
-from gateway.topics import validate_topic_name
 
 log = logging.getLogger("outpost.uplink")
 
@@ -196,15 +194,10 @@ class RemoteLink:
         self.wake = wake
         self.clock = clock
         self.status = LinkStatus(remote.name)
-        self.status_topic = remote.gateway_status_topic(gateway_id)
-        if self.status_topic is not None:
-            try:
-                validate_topic_name(self.status_topic)
-            except MQTTProtocolError as exc:
-                raise ValueError(
-                    f"uplink remote {remote.name!r}: status topic {self.status_topic!r}: "
-                    f"{exc.reason} (set status_topic, or \"\" for none)"
-                ) from None
+        try:
+            self.status_topic = remote.gateway_status_topic(gateway_id)
+        except ValueError as exc:
+            raise ValueError(f"uplink remote {remote.name!r}: {exc}") from None
         self.backoff = Backoff(remote.backoff_initial, remote.backoff_max)
         self.inflight: set[int] = set()
         self.deferred: dict[int, float] = {}  # refused records: seq -> retry time

@@ -117,10 +117,20 @@ class RemoteConfig(_Section):
         return value
 
     def gateway_status_topic(self, gateway_id: str) -> str | None:
-        """The topic of this gateway's status on the remote, or None when disabled."""
-        if self.status_topic is None:
-            return DEFAULT_STATUS_TOPIC.format(gateway_id=gateway_id)
-        return self.status_topic or None
+        """The topic of this gateway's status on the remote, or None when disabled.
+
+        Raises ValueError when the default cannot be made from `gateway_id` (a `+`, `#` or
+        U+0000 in it); a configured `status_topic` was checked when it was read.
+        """
+        if self.status_topic is not None:
+            return self.status_topic or None
+        topic = DEFAULT_STATUS_TOPIC.format(gateway_id=gateway_id)
+        try:
+            validate_topic_name(topic)
+        except MQTTProtocolError as exc:
+            raise ValueError(f"the default status topic {topic!r}: {exc.reason} "
+                             '(set status_topic, or "" for none)') from None
+        return topic
 
     @field_validator("addresses")
     @classmethod

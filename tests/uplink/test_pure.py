@@ -50,6 +50,21 @@ def test_gateway_status_topic_default_custom_and_off() -> None:
         RemoteConfig(addresses=["h:1"], status_topic="a/+/status")
 
 
+def test_a_gateway_id_unfit_for_the_default_status_topic_is_a_config_error() -> None:
+    from gateway.config import ConfigError, parse_config
+
+    def uplink(remote: dict[str, object]) -> dict[str, object]:
+        return {"gateway_id": "site#7",
+                "uplink": {"enabled": True, "remotes": [{"addresses": ["h:1"], **remote}]}}
+
+    with pytest.raises(ConfigError) as info:
+        parse_config(uplink({}))
+    [error] = info.value.errors
+    assert error.startswith("uplink: Value error, remotes.0: the default status topic "
+                            "'outpost-status/site#7'") and "set status_topic" in error
+    assert parse_config(uplink({"status_topic": ""})).uplink.remotes[0].status_topic == ""
+
+
 def test_a_gateway_id_unfit_for_the_default_status_topic_is_refused_at_start() -> None:
     config = UplinkConfig(enabled=True, remotes=[RemoteConfig(addresses=["h:1"])])
     with pytest.raises(ValueError, match="set status_topic"):
