@@ -16,9 +16,9 @@ import logging
 import os
 import ssl
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from gateway.acl import AccessList, AclError, parse_acl
 from gateway.auth import ListenerPolicy, PasswordDB, Security
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from gateway.broker import Broker
 
 log = logging.getLogger("outpost.security")
+T = TypeVar("T")
 
 
 class _FileReader:
@@ -52,47 +53,34 @@ class _FileReader:
         if path not in self.bad_files:
             self.bad_files.append(path)
 
-    @staticmethod
-    def _text(path: Path) -> str:
-        return path.read_text(encoding="utf-8")
-
     def read(self, index: int, listener: ListenerConfig
              ) -> tuple[PasswordDB | None, AccessList | None]:
         """The listener's parsed files (None where absent or invalid; see `errors`)."""
-        passwords: PasswordDB | None = None
-        path = listener.password_file
-        if path is not None:
-            if path not in self.passwords:
-                try:
-                    db = PasswordDB(parse_password_text(self._text(path)), str(path))
-                except (OSError, UnicodeDecodeError) as exc:
-                    self.passwords[path] = f"cannot read {path}: {exc}"
-                except PasswordFileError as exc:
-                    self.passwords[path] = f"{path}: {exc}"
-                else:
-                    self.passwords[path] = db
-                    _warn_password_file(path, db)
-            found = self.passwords[path]
-            if isinstance(found, str):
-                self._problem(f"listeners.{index}.password_file", path, found)
-            else:
-                passwords = found
-        acl: AccessList | None = None
-        path = listener.acl_file
-        if path is not None:
-            if path not in self.acls:
-                try:
-                    self.acls[path] = parse_acl(self._text(path))
-                except (OSError, UnicodeDecodeError) as exc:
-                    self.acls[path] = f"cannot read {path}: {exc}"
-                except AclError as exc:
-                    self.acls[path] = f"{path}: {exc}"
-            found_acl = self.acls[path]
-            if isinstance(found_acl, str):
-                self._problem(f"listeners.{index}.acl_file", path, found_acl)
-            else:
-                acl = found_acl
+        passwords = acl = None
+        if listener.password_file is not None:
+            passwords = self._parsed(self.passwords, listener.password_file, _password_db,
+                                     f"listeners.{index}.password_file")
+        if listener.acl_file is not None:
+            acl = self._parsed(self.acls, listener.acl_file, lambda _path, text: parse_acl(text),
+                               f"listeners.{index}.acl_file")
         return passwords, acl
+
+    def _parsed(self, cache: dict[Path, T | str], path: Path, parse: Callable[[Path, str], T],
+                key: str) -> T | None:
+        """`path` parsed once (cached with the problem, if any); a problem is recorded under
+        `key` for every listener that names the file."""
+        if path not in cache:
+            try:
+                cache[path] = parse(path, path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError) as exc:
+                cache[path] = f"cannot read {path}: {exc}"
+            except (PasswordFileError, AclError) as exc:
+                cache[path] = f"{path}: {exc}"
+        found = cache[path]
+        if isinstance(found, str):
+            self._problem(key, path, found)
+            return None
+        return found
 
     def raise_errors(self) -> None:
         """`ConfigError` listing every problem found so far (none: return)."""
@@ -127,6 +115,13 @@ def listener_file_errors(listeners: Iterable[tuple[int, ListenerConfig]]) -> lis
         reader.read(index, listener)
         reader.errors += certificate_errors(index, listener)
     return reader.errors
+
+
+def _password_db(path: Path, text: str) -> PasswordDB:
+    """A password file's entries; warns about weak hashes and a file everybody can read."""
+    db = PasswordDB(parse_password_text(text), str(path))
+    _warn_password_file(path, db)
+    return db
 
 
 def _warn_password_file(path: Path, db: PasswordDB) -> None:
