@@ -37,6 +37,7 @@ from gateway.topics import topic_matches
 from storage.sqlite import recovery, schema
 from storage.sqlite.rows import sub_ids_from
 
+SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's files next to a database
 TABLES = ("sessions", "subscriptions", "messages", "deliveries", "qos2_in", "retained", "outbox")
 
 
@@ -266,11 +267,11 @@ def backup(
         raise FileNotFoundError(f"no directory {dest.parent}")
     if dest.resolve() == source.resolve() or (dest.exists() and dest.samefile(source)):
         raise BackupError(f"{dest} is the live database itself")
-    side = [Path(f"{dest}{suffix}") for suffix in ("-wal", "-shm", "-journal")]
+    side = [Path(f"{dest}{suffix}") for suffix in SIDE_FILES]
     if not force and (dest.exists() or side[0].exists()):
         raise FileExistsError(f"{dest} exists (--force to overwrite it)")
     tmp = dest.with_name(f"{dest.name}.partial-{os.getpid()}")
-    tmp_files = [tmp, *(Path(f"{tmp}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+    tmp_files = [tmp, *(Path(f"{tmp}{suffix}") for suffix in SIDE_FILES)]
     for leftover in tmp_files:
         leftover.unlink(missing_ok=True)
     started = time.monotonic()
