@@ -6,7 +6,7 @@ bytes. Everything in a scenario has a fixed size, so a stream of PUBLISH packets
 as `bytes // size` and its packet ids read with extended slices (`data[offset::size]`).
 
 `iter_packets` is the slow, exact walker used only to verify results after a timed section.
-It is deliberately independent of `gateway.codec`: the benchmark must not trust the code it
+It is deliberately independent of `gateway.broker.codec`: the benchmark must not trust the code it
 measures.
 """
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from bridge.config import BridgeConfig, BusConfig
 from bridge.modbus import convert
 from bridge.modbus.plan import BIT_TABLES, READ_FUNCTION
+from gateway.base.settings import ConfigError
 
 TABLES = ("coil", "discrete", "holding", "input")
 
@@ -38,25 +40,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     probe.add_argument("--timeout", type=float, default=1.0)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Dispatch `outpost modbus ...`."""
+def run(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig]) -> int:
+    """Dispatch `outpost modbus ...`; `load_bridge` reads a configuration file's `[bridge]`
+    section (the appliance's loader: it raises `ConfigError` listing every problem)."""
     if args.modbus_command == "plan":
-        return cmd_plan(args.config)
+        return cmd_plan(args.config, load_bridge)
     return cmd_probe(args)
 
 
-def cmd_plan(path: Path) -> int:
+def cmd_plan(path: Path, load_bridge: Callable[[Path], BridgeConfig]) -> int:
     """Print the read plan of every Modbus device in a configuration file."""
-    from gateway.config import ConfigError, load_config
-
     try:
-        config = load_config(path)
+        bridge = load_bridge(path)
     except ConfigError as exc:
         print(f"{exc.source}: invalid configuration", file=sys.stderr)
         for line in exc.errors:
             print(f"  {line}", file=sys.stderr)
         return 2
-    for line in format_plan(config.bridge):
+    for line in format_plan(bridge):
         print(line)
     return 0
 

@@ -1,7 +1,8 @@
 """The device bridge on the gateway's event loop: buses, pollers, serial readers, one link.
 
 How this works: `Bridge.start` attaches to the broker through one in-process `Link`
-(gateway/links.py), publishes every device's retained status as `offline`, subscribes to
+(gateway/broker/engine/links.py), publishes every device's retained status as `offline`,
+subscribes to
 `<prefix>/+/+/set`, and starts one supervised task per Modbus device and per serial device plus
 one diagnostics task. Devices publish point values through the link; a device's first answer
 flips its status to `online`.
@@ -50,9 +51,9 @@ from bridge.modbus.poller import DevicePoller, WriteError
 from bridge.report import OFFLINE, ONLINE, diagnostics_payload
 from bridge.serial.config import SerialDeviceConfig
 from bridge.serial.reader import CommandError, SerialLineDevice
-from gateway.broker import Broker
-from gateway.links import Link
-from gateway.message import Message
+from gateway.broker.core.message import Message
+from gateway.broker.engine.broker import Broker
+from gateway.broker.engine.links import Link
 
 log = logging.getLogger("outpost.bridge")
 CLIENT_ID = "outpost-bridge"
@@ -135,9 +136,8 @@ class Bridge:
             else:
                 self.link.unsubscribe(f"{self.prefix}/+/+/set")
 
-    def reload(self, config: Any) -> None:
-        """Apply a changed `[bridge]` section (called by the reloader with the new Config)."""
-        new: BridgeConfig = getattr(config, "bridge", config)
+    def reload(self, new: BridgeConfig) -> None:
+        """Apply a changed `[bridge]` section (SIGHUP, through the appliance's reloader)."""
         if new == (self._target or self.config):
             return
         self._target = new

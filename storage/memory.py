@@ -9,9 +9,14 @@ SQLite store shares).
 
 from __future__ import annotations
 
-from gateway.hooks import BrokerHooks, RestoredSession, RestoredState, SessionRecord
-from gateway.inflight import Delivery
-from gateway.message import Message
+from gateway.broker.contracts.hooks import (
+    BrokerHooks,
+    RestoredSession,
+    RestoredState,
+    SessionRecord,
+)
+from gateway.broker.core.inflight import Delivery
+from gateway.broker.core.message import Message
 
 
 class MemoryStore(BrokerHooks):

@@ -34,8 +34,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from gateway.cli import build_parser
-from gateway.config import Config
+from gateway.appliance.cli import build_parser
+from gateway.appliance.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

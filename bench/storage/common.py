@@ -5,7 +5,7 @@ with `--state-dir`, or mosquitto with a generated configuration), optionally pin
 and drives it with raw-socket clients in forked processes pinned to the other CPUs, so the
 Python load generator does not share a core with the broker. Figures come from the clients
 (acknowledged messages) and from /proc of the broker (write_bytes, VmRSS). Every client uses
-pre-encoded packets (`bench.wire`, independent of `gateway.codec`).
+pre-encoded packets (`bench.wire`, independent of `gateway.broker.codec`).
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ import asyncio
 import time
 from pathlib import Path
 
-from gateway.hooks import SessionRecord
-from gateway.inflight import Delivery
-from gateway.message import Message
-from gateway.router import SubOptions
-from gateway.session import NEVER_EXPIRES
+from gateway.broker.contracts.hooks import SessionRecord
+from gateway.broker.core.inflight import Delivery
+from gateway.broker.core.message import Message
+from gateway.broker.core.router import SubOptions
+from gateway.broker.core.session import NEVER_EXPIRES
 from storage.sqlite import SqliteStore
 
 BATCH = 20_000

@@ -36,13 +36,13 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 
 from bridge.uplink.config import RemoteConfig, UplinkConfig
-from bridge.uplink.envelope import OutboxRecord, Outgoing, outgoing
-from bridge.uplink.outbox import Outbox
+from bridge.uplink.envelope import Outgoing, outgoing
 from bridge.uplink.pacing import Backoff, TokenBucket
-from gateway.codec.packets import Properties
-from gateway.codec.properties import encode_properties
-from gateway.config import parse_host_port
-from gateway.links import Link
+from gateway.base.hostport import parse_host_port
+from gateway.base.outbox import Outbox, OutboxRecord
+from gateway.broker.codec.packets import Properties
+from gateway.broker.codec.properties import encode_properties
+from gateway.broker.engine.links import Link
 
 log = logging.getLogger("outpost.uplink")
 

@@ -25,9 +25,9 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.codec.errors import MQTTProtocolError
-from gateway.config_paths import existing_file
-from gateway.topics import validate_topic_filter, validate_topic_name
+from gateway.base.config_paths import existing_file
+from gateway.broker.codec.errors import MQTTProtocolError
+from gateway.broker.codec.topics import validate_topic_filter, validate_topic_name
 
 DEFAULT_STATUS_TOPIC = "outpost-status/{gateway_id}"
 
@@ -135,7 +135,7 @@ class RemoteConfig(_Section):
     @field_validator("addresses")
     @classmethod
     def _check_addresses(cls, value: list[str]) -> list[str]:
-        from gateway.config import parse_host_port
+        from gateway.base.hostport import parse_host_port
 
         for address in value:
             parse_host_port(address)

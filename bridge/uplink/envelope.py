@@ -11,6 +11,8 @@ import base64
 import json
 from dataclasses import dataclass, field
 
+from gateway.base.outbox import OutboxRecord
+
 PROP_GATEWAY = "gateway"
 PROP_EPOCH = "epoch"
 PROP_SEQ = "seq"
@@ -19,26 +21,6 @@ PROP_RECEIVED_MS = "received_ms"
 USER_PROPERTIES = (PROP_GATEWAY, PROP_EPOCH, PROP_SEQ, PROP_TOPIC, PROP_RECEIVED_MS)
 ENV_ENCODING = "encoding"
 ENV_PAYLOAD = "payload"
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxRecord:
-    """One stored message waiting for the cloud's PUBACK."""
-
-    seq: int
-    rule: str
-    topic: str  # the local topic
-    payload: bytes
-    qos: int
-    retain: bool
-    received_ms: int
-    user_properties: tuple[tuple[str, str], ...] = ()
-    content_type: str | None = None
-
-    @property
-    def size(self) -> int:
-        """Bytes this record counts against the outbox byte cap."""
-        return len(self.topic) + len(self.payload)
 
 
 @dataclass(frozen=True, slots=True)

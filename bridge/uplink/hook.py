@@ -15,13 +15,12 @@ import time
 from collections.abc import Callable
 
 from bridge.uplink.config import UplinkConfig
-from bridge.uplink.envelope import OutboxRecord
-from bridge.uplink.outbox import Outbox, RuleLimits
-from gateway.hooks import BrokerHooks
-from gateway.message import Message
-from gateway.router import SubOptions, SubscriptionTable
-from gateway.session import ClientInfo
-from gateway.topics import parse_shared
+from gateway.base.outbox import Outbox, OutboxRecord, RuleLimits
+from gateway.broker.codec.topics import parse_shared
+from gateway.broker.contracts.hooks import BrokerHooks
+from gateway.broker.core.message import Message
+from gateway.broker.core.router import SubOptions, SubscriptionTable
+from gateway.broker.core.session import ClientInfo
 
 log = logging.getLogger("outpost.uplink")
 

@@ -1,4 +1,4 @@
-"""The outbox interface and its in-memory implementation.
+"""The outbox semantics and the in-memory implementation (the interface: gateway/base/outbox.py).
 
 How this works: every local message matching a forward rule is appended with a sequence number
 from one per-gateway counter that never goes back within a store epoch. The drain reads records
@@ -29,57 +29,8 @@ from __future__ import annotations
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Protocol
 
-from bridge.uplink.envelope import OutboxRecord
-
-
-@dataclass(frozen=True, slots=True)
-class RuleLimits:
-    """The caps of one forward rule."""
-
-    max_messages: int
-    max_bytes: int
-    drop_oldest: bool
-
-
-@dataclass(slots=True)
-class OutboxStats:
-    """Backlog figures for status and `$SYS`."""
-
-    messages: int = 0
-    bytes: int = 0
-    oldest_ms: int | None = None
-    dropped: int = 0
-
-
-class Outbox(Protocol):
-    """What the uplink needs from a store."""
-
-    epoch: str
-
-    def next_seq(self) -> int:
-        """Allocate the next sequence number (never lower than any committed one)."""
-
-    def append(self, record: OutboxRecord, limits: RuleLimits) -> int:
-        """Store a record (in the current group commit); returns how many records the caps
-        removed (drop-oldest) or refused (drop-newest, or a record larger than the byte cap)."""
-
-    def read(
-        self, rule: str, limit: int, newest_first: bool, exclude: set[int]
-    ) -> list[OutboxRecord]:
-        """Up to `limit` committed records of `rule` in its order, skipping `exclude`; they are
-        in flight until deleted or released."""
-
-    def delete(self, seqs: Iterable[int]) -> None:
-        """The cloud acknowledged these (records handed out by `read`)."""
-
-    def release(self, seqs: Iterable[int]) -> None:
-        """These records handed out by `read` were not acknowledged: no longer in flight."""
-
-    def stats(self) -> OutboxStats:
-        """Backlog size and age."""
+from gateway.base.outbox import OutboxRecord, OutboxStats, RuleLimits
 
 
 class MemoryOutbox:

@@ -19,10 +19,9 @@ from typing import Any
 from bridge.uplink.client import RemoteLink
 from bridge.uplink.config import UplinkConfig
 from bridge.uplink.hook import INBOUND_CLIENT_ID, UplinkHook
-from bridge.uplink.outbox import Outbox
-from gateway.broker import Broker
-from gateway.config import Config
-from gateway.links import Link
+from gateway.base.outbox import Outbox
+from gateway.broker.engine.broker import Broker
+from gateway.broker.engine.links import Link
 
 log = logging.getLogger("outpost.uplink")
 
@@ -92,9 +91,8 @@ class UplinkService:
             ],
         }
 
-    def reload(self, config: Config) -> None:
+    def reload(self, new: UplinkConfig) -> None:
         """SIGHUP: forward and inbound rules change live; remotes at the next restart."""
-        new = config.uplink
         if new.remotes != self.config.remotes or new.enabled != self.config.enabled:
             log.warning("uplink: [uplink] remotes or enabled changed: takes effect at restart")
             new = new.model_copy(update={"remotes": self.config.remotes,

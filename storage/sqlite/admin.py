@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.topics import topic_matches
+from gateway.broker.codec.topics import topic_matches
 from storage.sqlite import recovery, schema
 from storage.sqlite.rows import sub_ids_from
 

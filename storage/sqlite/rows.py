@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway.codec.packets import NO_PROPERTIES, Properties, Will
-from gateway.codec.properties import decode_properties, encode_properties
-from gateway.hooks import SessionRecord
-from gateway.inflight import Delivery
-from gateway.message import Message
-from gateway.router import SubOptions
+from gateway.broker.codec.packets import NO_PROPERTIES, Properties, Will
+from gateway.broker.codec.properties import decode_properties, encode_properties
+from gateway.broker.contracts.hooks import SessionRecord
+from gateway.broker.core.inflight import Delivery
+from gateway.broker.core.message import Message
+from gateway.broker.core.router import SubOptions
 
 # [id, topic, payload, qos, retain, properties, expires_ms, stored_ms, refs]: a list, because
 # the batch counts references in place (refs is the last item)

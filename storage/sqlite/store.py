@@ -37,11 +37,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gateway.config import StorageConfig
-from gateway.hooks import BrokerHooks, RestoredSession, RestoredState, SessionRecord
-from gateway.inflight import Delivery
-from gateway.message import Message
-from gateway.session import NEVER_EXPIRES
+from gateway.broker.contracts.hooks import (
+    BrokerHooks,
+    RestoredSession,
+    RestoredState,
+    SessionRecord,
+)
+from gateway.broker.core.inflight import Delivery
+from gateway.broker.core.message import Message
+from gateway.broker.core.session import NEVER_EXPIRES
+from storage.config import StorageConfig
 from storage.sqlite import recovery
 from storage.sqlite.rows import (
     Clock,

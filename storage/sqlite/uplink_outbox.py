@@ -29,10 +29,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
-from bridge.uplink.envelope import OutboxRecord
-from bridge.uplink.outbox import OutboxStats, RuleLimits
-from gateway.codec.packets import NO_PROPERTIES, Properties
-from gateway.codec.properties import decode_properties, encode_properties
+from gateway.base.outbox import OutboxRecord, OutboxStats, RuleLimits
+from gateway.broker.codec.packets import NO_PROPERTIES, Properties
+from gateway.broker.codec.properties import decode_properties, encode_properties
 from storage.sqlite.store import SqliteStore
 from storage.sqlite.writer import Batch
 

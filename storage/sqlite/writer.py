@@ -39,7 +39,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from gateway.inflight import Delivery
+from gateway.broker.core.inflight import Delivery
 from storage.sqlite.rows import BodyRow, DeliveryRow, RetainedRow, SessionRow, SubscriptionRow
 
 

@@ -99,7 +99,7 @@ def test_report_judges_targets() -> None:
 
 
 def test_wire_matches_gateway_codec() -> None:
-    codec = pytest.importorskip("gateway.codec")
+    codec = pytest.importorskip("gateway.broker.codec")
     level = codec.MQTT_3_1_1
     cases = [
         (wire.connect("bench-x", 600), codec.Connect(client_id="bench-x", keep_alive=600)),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import require
-from tests.e2e.helpers import PahoClient, wait_for
+from tests.gateway.broker.e2e.helpers import PahoClient, wait_for
 from tests.support.broker_proc import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from bridge.cli import format_plan
-from gateway.config import ConfigError, load_config
+from gateway.appliance.config import load_config
+from gateway.base.settings import ConfigError
 
 EXAMPLE = """
 [bridge]

@@ -14,7 +14,7 @@ import pytest
 
 from tests.bridge.responder import Responder, value_at
 from tests.bridge.support import Watcher
-from tests.e2e.helpers import wait_for
+from tests.gateway.broker.e2e.helpers import wait_for
 from tests.support.broker_proc import BrokerProcess
 
 

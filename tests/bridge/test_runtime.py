@@ -22,11 +22,11 @@ from bridge.modbus.frames import Request, Response
 from bridge.modbus.poller import DevicePoller
 from bridge.runtime import Bridge
 from bridge.serial.reader import SerialLineDevice
-from gateway.broker import Broker
-from gateway.config import Config, parse_config
-from gateway.daemon import JournalHandler
-from gateway.links import Link
-from gateway.message import Message
+from gateway.appliance.config import Config, parse_config
+from gateway.appliance.daemon import JournalHandler
+from gateway.broker.core.message import Message
+from gateway.broker.engine.broker import Broker
+from gateway.broker.engine.links import Link
 from storage.memory import MemoryStore
 
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
@@ -90,7 +90,7 @@ def test_status_reload_and_crash_restart(sim: Simulator) -> None:
         assert a["counters"]["timeouts"] == 0
 
         # reload: device b removed, device a gets a new point
-        h.bridge.reload(make_config(sim.port, "r0,r5", ("a",)))
+        h.bridge.reload(make_config(sim.port, "r0,r5", ("a",)).bridge)
         await until(lambda: h.last("devices/a/r5"))
         assert h.last("devices/a/r5")["value"] == 1005
         assert h.last("devices/b/status") == "offline"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.bridge.support import SocatPair, Watcher
 from tests.bridge.test_serial_parsing import GGA
-from tests.e2e.helpers import wait_for
+from tests.gateway.broker.e2e.helpers import wait_for
 from tests.support.broker_proc import BrokerProcess
 
 

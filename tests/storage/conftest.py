@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gateway.codec.packets import NO_PROPERTIES, Properties
-from gateway.inflight import Delivery
-from gateway.message import Message
+from gateway.broker.codec.packets import NO_PROPERTIES, Properties
+from gateway.broker.core.inflight import Delivery
+from gateway.broker.core.message import Message
 from storage.sqlite import SqliteStore
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "db"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.hooks import SessionRecord
-from gateway.router import SubOptions
-from gateway.session import NEVER_EXPIRES
+from gateway.broker.contracts.hooks import SessionRecord
+from gateway.broker.core.router import SubOptions
+from gateway.broker.core.session import NEVER_EXPIRES
 from storage.sqlite import admin
 from storage.sqlite.recovery import StoreLockedError
 from tests.storage.conftest import StoreFactory, copy_fixture, delivery, flush, msg

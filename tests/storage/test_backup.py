@@ -22,9 +22,9 @@ import threading
 import time
 from pathlib import Path
 
-from gateway.codec.packets import Connect, PubAck, Publish
+from gateway.broker.codec.packets import Connect, PubAck, Publish
 from storage.sqlite import admin
-from tests.e2e.helpers import RawClient
+from tests.gateway.broker.e2e.helpers import RawClient
 from tests.support.broker_proc import ROOT, BrokerProcess, start_broker
 
 CONFIG = """\

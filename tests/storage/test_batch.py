@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gateway.hooks import SessionRecord
-from gateway.session import NEVER_EXPIRES
+from gateway.broker.contracts.hooks import SessionRecord
+from gateway.broker.core.session import NEVER_EXPIRES
 from storage.sqlite import StoreError, writer
 from storage.sqlite.store import SqliteStore
 from tests.storage.conftest import StoreFactory, delivery, flush, msg, rows, run

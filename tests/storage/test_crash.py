@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.codec.packets import (
+from gateway.broker.codec.packets import (
     Connect,
     Disconnect,
     PubAck,
@@ -46,7 +46,7 @@ from gateway.codec.packets import (
     UnsubAck,
     Unsubscribe,
 )
-from tests.e2e.helpers import ClosedError, RawClient
+from tests.gateway.broker.e2e.helpers import ClosedError, RawClient
 from tests.support.broker_proc import BrokerProcess, start_broker
 
 CONFIG = """\

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gateway.hooks import SessionRecord
-from gateway.router import SubOptions
-from gateway.session import NEVER_EXPIRES
+from gateway.broker.contracts.hooks import SessionRecord
+from gateway.broker.core.router import SubOptions
+from gateway.broker.core.session import NEVER_EXPIRES
 from tests.storage.conftest import StoreFactory, delivery, flush, msg, rows
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.codec.packets import Properties, Will
-from gateway.hooks import RestoredState
-from gateway.router import SubOptions
-from gateway.session import NEVER_EXPIRES
+from gateway.broker.codec.packets import Properties, Will
+from gateway.broker.contracts.hooks import RestoredState
+from gateway.broker.core.router import SubOptions
+from gateway.broker.core.session import NEVER_EXPIRES
 from storage.sqlite import schema
 from tests.storage.conftest import FIXTURES, StoreFactory, copy_fixture, rows
 

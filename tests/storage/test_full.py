@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.hooks import SessionRecord
-from gateway.session import NEVER_EXPIRES
+from gateway.broker.contracts.hooks import SessionRecord
+from gateway.broker.core.session import NEVER_EXPIRES
 from storage.sqlite import StoreError
 from storage.sqlite.store import SqliteStore
 from tests.storage.conftest import StoreFactory, delivery, flush, msg, rows

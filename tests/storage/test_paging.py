@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.hooks import SessionRecord
-from gateway.session import NEVER_EXPIRES
+from gateway.broker.contracts.hooks import SessionRecord
+from gateway.broker.core.session import NEVER_EXPIRES
 from storage.sqlite.store import SqliteStore
 from tests.storage.conftest import StoreFactory, delivery, flush, msg
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.hooks import SessionRecord
-from gateway.session import NEVER_EXPIRES
+from gateway.broker.contracts.hooks import SessionRecord
+from gateway.broker.core.session import NEVER_EXPIRES
 from storage.sqlite import recovery, schema
 from tests.storage.conftest import FIXTURES, StoreFactory, copy_fixture, delivery, flush, msg
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gateway.codec.packets import Properties, Will
-from gateway.hooks import SessionRecord
-from gateway.router import SubOptions
-from gateway.session import NEVER_EXPIRES
+from gateway.broker.codec.packets import Properties, Will
+from gateway.broker.contracts.hooks import SessionRecord
+from gateway.broker.core.router import SubOptions
+from gateway.broker.core.session import NEVER_EXPIRES
 from tests.storage.conftest import StoreFactory, delivery, flush, msg, rows
 
 WILL = Will(

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from bridge.uplink.envelope import OutboxRecord
-from bridge.uplink.outbox import MemoryOutbox, Outbox, RuleLimits
+from bridge.uplink.outbox import MemoryOutbox
+from gateway.base.outbox import Outbox, OutboxRecord, RuleLimits
 from storage.sqlite.uplink_outbox import SqliteOutbox
 from tests.storage.conftest import StoreFactory, flush
 

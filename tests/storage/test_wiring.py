@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bridge.uplink.envelope import OutboxRecord
-from bridge.uplink.outbox import RuleLimits
-from gateway.app import build_hooks
-from gateway.cli import build_parser
-from gateway.config import Config, StorageConfig
+from gateway.appliance.app import build_hooks
+from gateway.appliance.cli import build_parser
+from gateway.appliance.config import Config
+from gateway.base.outbox import OutboxRecord, RuleLimits
+from storage.config import StorageConfig
 from storage.memory import MemoryStore
 from storage.sqlite import SqliteStore
 from storage.sqlite.uplink_outbox import SqliteOutbox

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.codec.packets import (
+from gateway.broker.codec.packets import (
     Auth,
     ConnAck,
     Connect,

@@ -1,0 +1,181 @@
+"""Composition: the only place that wires configuration, hooks, the broker and listeners.
+
+How this works: `run` builds the broker from a validated `Config`, binds every listener, prints
+one `listening on HOST:PORT` line per bound address (tests and the demo read the port from it
+when port 0 was asked for), then serves until SIGINT or SIGTERM and shuts down gracefully.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gateway.appliance.config import Config
+from gateway.appliance.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
+from gateway.appliance.status import StatusProvider
+from gateway.base.settings import ConfigError
+from gateway.broker.contracts.hooks import BrokerHooks, HookChain
+from gateway.broker.engine.broker import Broker
+from gateway.broker.net.security_files import configure_read_checks, load_security
+from gateway.broker.net.server import Server
+from storage.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from bridge.uplink.service import UplinkService
+
+log = logging.getLogger("outpost")
+
+
+def install_event_loop_policy() -> str:
+    """Use uvloop where it is installed; returns the loop implementation's name."""
+    try:
+        import uvloop
+    except ImportError:
+        return "asyncio"
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return "uvloop"
+
+
+def build_hooks(config: Config, state_dir: Path | None) -> BrokerHooks:
+    """The SQLite store for durability "full"/"normal" with a state directory, else memory.
+
+    `state_dir` (`outpost run --state-dir`) overrides `[storage] state_dir`.
+    """
+    storage = config.storage
+    directory = state_dir or storage.state_dir
+    if storage.durability != "memory" and directory is not None:
+        from storage.sqlite import SqliteStore
+
+        store = SqliteStore.from_config(storage, Path(directory), config.gateway_id)
+        log.info("store %s (durability %s)", store.path, storage.durability)
+        return store
+    reason = "durability is memory" if storage.durability == "memory" else "no state directory"
+    log.info("nothing is persisted (%s): sessions, queues and retained messages live in memory",
+             reason)
+    return MemoryStore()
+
+
+def build_uplink(
+    config: Config, store: BrokerHooks
+) -> tuple[BrokerHooks, UplinkService | None]:
+    """The uplink's outbox hook chained after the store, and its service (None if disabled)."""
+    if not config.uplink.enabled:
+        return store, None
+    from bridge.uplink.hook import UplinkHook
+    from bridge.uplink.outbox import MemoryOutbox
+    from bridge.uplink.service import UplinkService
+    from gateway.base.outbox import Outbox
+    from storage.sqlite import SqliteStore
+    from storage.sqlite.uplink_outbox import SqliteOutbox
+
+    # The outbox lives where the store does, so it commits with the publishes it records.
+    outbox: Outbox = SqliteOutbox(store) if isinstance(store, SqliteStore) else MemoryOutbox()
+    hook = UplinkHook(config.uplink, outbox)
+    service = UplinkService(config.uplink, outbox, hook, config.gateway_id)
+    return HookChain([store, hook]), service
+
+
+async def serve(
+    config: Config,
+    state_dir: Path | None = None,
+    on_ready: Callable[[list[tuple[str, int]]], None] | None = None,
+    stop: asyncio.Event | None = None,
+    reload_config: Callable[[], Config] | None = None,
+    stop_timeout: float = STOP_TIMEOUT,
+    hard_exit: bool = False,
+) -> None:
+    """Run the broker until `stop` is set (or SIGINT/SIGTERM when `stop` is None).
+
+    `reload_config` re-reads the configuration on SIGHUP (gateway/appliance/reload.py); the daemon
+    (gateway/appliance/daemon.py) tells systemd READY=1 once everything is bound, pings the
+    watchdog and
+    serves the status endpoint; shutdown must finish within `stop_timeout` seconds or
+    `ShutdownTimeoutError` is raised.
+    """
+    loop = asyncio.get_running_loop()
+    store = build_hooks(config, state_dir)
+    hooks, uplink = build_uplink(config, store)
+    # Authentication and ACLs first: a refusal is decided before any store work.
+    security = load_security(config)
+    hooks = HookChain([security, hooks])
+    broker = Broker(config, hooks, now=loop.time(), queue_page=config.storage.queue_page)
+    store_stats = getattr(store, "stats", None)
+    if callable(store_stats):  # commit latency, batch sizes, bytes written
+        broker.sys.sources["store"] = store_stats
+    configure_read_checks(broker)
+    broker.restore(hooks.restore(), loop.time())
+    server = Server(broker, security)
+    stop_event = stop or asyncio.Event()
+    daemon = Daemon(config, broker, reload_config, stop_timeout=stop_timeout,
+                    hard_exit=hard_exit)
+    if stop is None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop_event.set)
+        daemon.install_signals()  # SIGHUP: reload
+    addresses = await server.start(list(config.listeners))
+    bridge = None
+    if config.bridge.devices or config.bridge.serial:
+        from bridge.runtime import Bridge
+
+        bridge = Bridge(config.bridge, broker)
+        await bridge.start()
+    if uplink is not None:
+        await uplink.start(broker)
+    for name, part, section in (("bridge", bridge, "devices"), ("uplink", uplink, "uplink")):
+        if isinstance(part, StatusProvider):  # has status(): replaces the topic watcher's view
+            daemon.board.add_provider(section, part)
+        reload_part = getattr(part, "reload", None)
+        if callable(reload_part):  # reload(its new section) -> None: device maps, uplink rules
+            daemon.reloader.register(name, _section_reloader(reload_part, name), sections=(name,))
+    await daemon.start(server.bound)  # the store is open, every listener bound: READY=1
+    for address in server.bound:  # "HOST:PORT" for tcp, "HOST:PORT (tls)", "unix:PATH"
+        print(f"outpost: listening on {address}", flush=True)
+    if daemon.board.status_url is not None:
+        print(f"outpost: status on {daemon.board.status_url}", flush=True)
+    if on_ready is not None:
+        on_ready(addresses)
+    await stop_event.wait()
+    async with daemon.shutdown():  # STOPPING=1, and all of this within stop_timeout
+        if bridge is not None:
+            await bridge.stop()  # statuses go offline while clients are still connected
+        if uplink is not None:
+            await uplink.stop()
+        await server.stop()
+
+
+def _section_reloader(reload_part: Callable[[Any], None], section: str) -> Callable[[Config], None]:
+    """A reload callback that hands a part only its own section of the new configuration."""
+
+    def apply(config: Config) -> None:
+        reload_part(getattr(config, section))
+
+    return apply
+
+
+def run(
+    config: Config,
+    state_dir: Path | None = None,
+    reload_config: Callable[[], Config] | None = None,
+) -> int:
+    """Blocking entry point used by `outpost run` (`reload_config`: what SIGHUP re-reads)."""
+    setup_logging(logging.getLogger().level)  # journald under systemd, else stderr
+    loop_name = install_event_loop_policy()
+    log.info("starting outpost (%s event loop)", loop_name)
+    try:
+        asyncio.run(serve(config, state_dir, reload_config=reload_config, hard_exit=True))
+    except OSError as exc:
+        print(f"outpost: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except ConfigError as exc:  # a password file, ACL file or certificate is unusable
+        print(f"outpost: cannot start: {exc.source}: invalid", file=sys.stderr)
+        for line in exc.errors:
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    except ShutdownTimeoutError:
+        return 1
+    return 0

@@ -1,0 +1,299 @@
+"""The `outpost` command: thin subcommands over library functions."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tomllib
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from bridge import cli as bridge_cli
+from gateway.appliance.config import Config, load_config
+from gateway.base.hostport import parse_host_port
+from gateway.base.settings import ConfigError
+from gateway.broker.contracts.config import ListenerConfig
+
+DEFAULT_STATE_DIR = Path("/var/lib/outpost")
+DEFAULT_CONFIG = Path("/etc/outpost/outpost.toml")
+
+
+def _host_port(value: str) -> str:
+    try:
+        parse_host_port(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="outpost", description="outpost edge gateway")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the gateway")
+    run.add_argument("--config", type=Path, help="TOML configuration file")
+    run.add_argument(
+        "--listen", action="append", type=_host_port, metavar="HOST:PORT",
+        help="listen here instead of the configured listeners (repeatable)",
+    )
+    run.add_argument("--state-dir", type=Path, help="directory for persistent state")
+    run.add_argument(
+        "--durability", choices=("full", "normal", "memory"),
+        help="override [storage] durability: full (fsync per commit), normal, memory",
+    )
+
+    check = sub.add_parser("check-config", help="validate a configuration file")
+    check.add_argument("file", type=Path)
+
+    passwd = sub.add_parser(
+        "passwd", help="add, change or delete a user in a password file (PBKDF2-SHA512, "
+        "readable by mosquitto too)")
+    passwd.add_argument("file", type=Path, help="password file (created with mode 0600)")
+    passwd.add_argument("username")
+    passwd.add_argument("-D", "--delete", action="store_true", help="delete the user")
+    passwd.add_argument("--stdin", action="store_true",
+                        help="read the password from the first line of stdin (scripts)")
+    passwd.add_argument("--iterations", type=int, default=None,
+                        help="PBKDF2 iterations (default 210000)")
+
+    demo = sub.add_parser("demo", help="the whole pipeline on this machine, then the report")
+    demo.add_argument("--duration", type=float, default=150.0,
+                      help="seconds of device data (default 150)")
+    demo.add_argument("--quick", action="store_true", help="a shortened run (--duration 30)")
+    demo.add_argument("--work-dir", type=Path, default=Path("demo-data"),
+                      help="where configs, state, logs, bronze and tables go (default ./demo-data)")
+
+    status = sub.add_parser("status", help="summary of a running gateway (its status endpoint)")
+    status.add_argument("--url", help="status endpoint, e.g. http://127.0.0.1:8080 (default: "
+                        "[status] bind of --config, else of /etc/outpost/outpost.toml)")
+    status.add_argument("--config", type=Path, help="TOML configuration file")
+    status.add_argument("--json", action="store_true", help="print the raw /status JSON")
+
+    bridge_cli.add_parser(sub)  # outpost modbus plan|probe
+
+    db = sub.add_parser("db", help="inspect, back up or compact the store "
+                        "(all but vacuum safe on a live broker)")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    for name, text in (
+        ("stats", "sizes, rows per table, queue depths, oldest message ages, WAL size"),
+        ("sessions", "stored sessions, subscriptions and queue depths"),
+        ("queue", "the stored deliveries of one client, oldest first"),
+        ("retained", "retained messages, optionally matching a topic filter"),
+        ("check", "PRAGMA quick_check (--full: integrity_check); exit 1 on problems"),
+        ("vacuum", "compact the file (only while the broker is stopped)"),
+        ("backup", "copy the database to DEST while the broker runs (online backup API), "
+                   "then check the copy"),
+    ):
+        cmd = db_sub.add_parser(name, help=text)
+        cmd.add_argument("--state-dir", type=Path, help="default: [storage] state_dir, "
+                         "else /var/lib/outpost")
+        cmd.add_argument("--config", type=Path, help="TOML configuration file")
+        if name == "queue":
+            cmd.add_argument("client_id")
+            cmd.add_argument("--limit", type=int, default=100)
+        elif name == "retained":
+            cmd.add_argument("filter", nargs="?")
+        elif name == "check":
+            cmd.add_argument("--full", action="store_true")
+        elif name == "backup":
+            cmd.add_argument("dest", type=Path, help="the file to write, e.g. /backup/outpost.db")
+            cmd.add_argument("--force", action="store_true", help="overwrite an existing DEST")
+            cmd.add_argument("--pages-per-step", type=int, default=256,
+                             help="pages copied per step (default 256)")
+            cmd.add_argument("--sleep-ms", type=float, default=5.0,
+                             help="pause between steps, in ms (default 5)")
+    return parser
+
+
+def _with_listeners(config: Config, listen: list[str] | None) -> Config:
+    if not listen:
+        return config
+    listeners = [ListenerConfig(bind=address) for address in listen]
+    return config.model_copy(update={"listeners": listeners})
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """`outpost run`."""
+    from gateway.appliance.app import run
+
+    try:
+        config = _with_listeners(load_config(args.config), args.listen)
+    except ConfigError as exc:
+        _print_config_errors(exc)
+        return 2
+    if args.durability is not None:
+        storage = config.storage.model_copy(update={"durability": args.durability})
+        config = config.model_copy(update={"storage": storage})
+    if args.state_dir is not None:
+        args.state_dir.mkdir(parents=True, exist_ok=True)
+
+    def reload_config() -> Config:
+        """SIGHUP: the file again, with the same command-line overrides."""
+        fresh = _with_listeners(load_config(args.config), args.listen)
+        if args.durability is not None:
+            storage = fresh.storage.model_copy(update={"durability": args.durability})
+            fresh = fresh.model_copy(update={"storage": storage})
+        return fresh
+
+    return run(config, args.state_dir, reload_config if args.config is not None else None)
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    """`outpost db stats|sessions|queue|retained|check|vacuum|backup`: thin calls into storage."""
+    from storage.sqlite.cli import run as run_db_command
+
+    state_dir = args.state_dir
+    if state_dir is None:
+        try:
+            config = load_config(args.config)
+        except ConfigError as exc:
+            _print_config_errors(exc)
+            return 2
+        state_dir = config.storage.state_dir or DEFAULT_STATE_DIR
+    return run_db_command(args.db_command, state_dir, args)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """`outpost status`: fetch /status from the running gateway and print a summary."""
+    import json
+
+    from gateway.appliance.status import render_text
+    from gateway.appliance.status_http import StatusUnavailableError, fetch_status
+
+    url = args.url
+    if url is None:
+        path = args.config
+        if path is None and DEFAULT_CONFIG.exists():
+            path = DEFAULT_CONFIG
+        try:
+            status_config = load_config(path).status
+        except ConfigError as exc:
+            _print_config_errors(exc)
+            return 2
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(status_config.host,
+                                                        status_config.host)
+        url = f"http://{f'[{host}]' if ':' in host else host}:{status_config.port}"
+    try:
+        status = fetch_status(url)
+    except StatusUnavailableError as exc:
+        print(f"outpost status: {exc}", file=sys.stderr)
+        print("  is outpost running (systemctl status outpost) with [status] enabled?",
+              file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+    else:
+        sys.stdout.write(render_text(status))
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """`outpost check-config FILE`: exit 0 when valid, else print every error and exit 2.
+
+    Every error: the file's own (TOML, keys and values), then every problem with the password
+    files, ACL files and certificates of each listener whose section is valid on its own, even
+    when other parts of the file are not.
+    """
+    from gateway.broker.net.security_files import listener_file_errors
+
+    listeners: list[tuple[int, ListenerConfig]]
+    try:
+        config = load_config(args.file)
+    except ConfigError as exc:
+        errors = list(exc.errors)
+        listeners = _valid_listeners(args.file)
+    else:
+        errors = []
+        listeners = list(enumerate(config.listeners))
+    errors += listener_file_errors(listeners)
+    if errors:
+        _print_config_errors(ConfigError(str(args.file), errors))
+        return 2
+    print(f"{args.file}: OK")
+    return 0
+
+
+def _valid_listeners(path: Path) -> list[tuple[int, ListenerConfig]]:
+    """(index, listener) for each `[[listeners]]` entry of `path` that validates on its own."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return []
+    entries = data.get("listeners")
+    if not isinstance(entries, list):
+        return []
+    valid: list[tuple[int, ListenerConfig]] = []
+    for index, entry in enumerate(entries):
+        try:
+            listener = ListenerConfig.model_validate(entry, context={"base_dir": path.parent})
+        except ValidationError:
+            continue
+        valid.append((index, listener))
+    return valid
+
+
+def cmd_passwd(args: argparse.Namespace) -> int:
+    """`outpost passwd FILE USER [-D] [--stdin]`: a thin call into `set_password`."""
+    import getpass
+
+    from gateway.broker.contracts.passwords import DEFAULT_ITERATIONS
+    from gateway.broker.net.security_files import set_password
+
+    password: bytes | None = None
+    if not args.delete:
+        if args.stdin:
+            password = sys.stdin.readline().rstrip("\r\n").encode("utf-8")
+        else:
+            first = getpass.getpass("Password: ")
+            if getpass.getpass("Reenter password: ") != first:
+                print("outpost passwd: the passwords do not match", file=sys.stderr)
+                return 1
+            password = first.encode("utf-8")
+        if not password:
+            print("outpost passwd: empty password refused", file=sys.stderr)
+            return 1
+    try:
+        print(set_password(args.file, args.username, password,
+                           args.iterations or DEFAULT_ITERATIONS))
+    except (ValueError, OSError) as exc:
+        print(f"outpost passwd: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """`outpost demo`: a thin call into `gateway.appliance.demo.run_demo`."""
+    from gateway.appliance.demo import run_demo
+
+    return run_demo(args.work_dir, 30.0 if args.quick else args.duration)
+
+
+def _print_config_errors(exc: ConfigError) -> None:
+    print(f"{exc.source}: invalid configuration", file=sys.stderr)
+    for line in exc.errors:
+        print(f"  {line}", file=sys.stderr)
+
+
+def cmd_modbus(args: argparse.Namespace) -> int:
+    """`outpost modbus plan|probe`: the bridge's tools, given this appliance's config loader."""
+    return bridge_cli.run(args, lambda path: load_config(path).bridge)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    handlers = {
+        "run": cmd_run, "check-config": cmd_check_config, "demo": cmd_demo, "db": cmd_db,
+        "passwd": cmd_passwd,
+        "status": cmd_status,
+        "modbus": cmd_modbus,
+    }
+    return handlers[args.command](args)

@@ -1,0 +1,107 @@
+"""The whole configuration file: the broker's sections plus storage, status, bridge and uplink.
+
+`load_config` returns a `Config` or raises `ConfigError` listing every problem with its key path.
+Each package owns its section's model; this module only aggregates them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
+
+from bridge.config import BridgeConfig
+from bridge.uplink.config import UplinkConfig
+from gateway.base.hostport import parse_host_port
+from gateway.base.settings import ConfigError, Section, format_errors
+from gateway.broker.contracts.config import BrokerConfig
+from storage.config import StorageConfig
+
+__all__ = ["Config", "ConfigError", "StatusConfig", "load_config", "parse_config"]
+
+
+class StatusConfig(Section):
+    """The status endpoint: `/` (page), `/status` (JSON), `/metrics` (Prometheus)."""
+
+    enabled: bool = True
+    bind: str = Field(
+        default="127.0.0.1:8080",
+        description="HOST:PORT of the status endpoint; keep it on loopback (no authentication)",
+    )
+    history: Annotated[int, Field(ge=2, le=10_000)] = Field(
+        default=120, description="samples kept per series for the page's sparklines"
+    )
+    history_interval: Annotated[float, Field(ge=0.1, le=3600)] = Field(
+        default=5.0, description="seconds between history samples (and STATUS= updates)"
+    )
+    watch_topics: bool | None = Field(
+        default=None,
+        description="read devices and uplink from their topics (docs/message-format.md) "
+        "through an in-process link; default: when a bridge or the uplink is configured",
+    )
+
+    @field_validator("bind")
+    @classmethod
+    def _check_bind(cls, value: str) -> str:
+        parse_host_port(value)
+        return value
+
+    @property
+    def host(self) -> str:
+        return parse_host_port(self.bind)[0]
+
+    @property
+    def port(self) -> int:
+        return parse_host_port(self.bind)[1]
+
+
+class Config(BrokerConfig):
+    """The whole outpost configuration file."""
+
+    storage: StorageConfig = StorageConfig()
+    status: StatusConfig = StatusConfig()
+    bridge: BridgeConfig = BridgeConfig()
+    uplink: UplinkConfig = UplinkConfig()
+
+    @field_validator("uplink")
+    @classmethod
+    def _status_topics(cls, value: UplinkConfig, info: ValidationInfo) -> UplinkConfig:
+        # The default status topic is made from gateway_id: check it here, at load time.
+        gateway_id = info.data.get("gateway_id")
+        if value.enabled and gateway_id is not None:
+            for index, remote in enumerate(value.remotes):
+                try:
+                    remote.gateway_status_topic(gateway_id)
+                except ValueError as exc:
+                    raise ValueError(f"remotes.{index}: {exc}") from None
+        return value
+
+
+def parse_config(
+    data: dict[str, object], source: str = "<config>", base_dir: Path | None = None
+) -> Config:
+    """Validate an already-parsed TOML document (`base_dir`: where included files are)."""
+    try:
+        return Config.model_validate(data, context={"base_dir": base_dir})
+    except ValidationError as exc:
+        raise ConfigError(source, format_errors(exc)) from None
+
+
+def load_config(path: Path | None) -> Config:
+    """Read and validate a TOML file; `None` means the embedded defaults."""
+    if path is None:
+        return Config()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read file: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"not UTF-8 text (byte {exc.start}): TOML files are UTF-8"]
+                          ) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), [f"not valid TOML: {exc}"]) from None
+    return parse_config(data, str(path), path.parent)

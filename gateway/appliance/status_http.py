@@ -1,0 +1,379 @@
+"""The status endpoint: `/` (the status page), `/status` (JSON) and `/metrics` (Prometheus).
+
+How this works: a plain asyncio stream server (no web framework: one short request per
+connection, `Connection: close`) bound to `[status] bind`, 127.0.0.1 by default so it stays
+off the LAN. Every request is answered from the `StatusBoard` at that moment:
+
+- `/status` is `board.collect()` as JSON; `/status?history=1` adds the ring buffers that the
+  page draws (`history`: series name -> `[[unix time, value], ...]`).
+- `/metrics` is the Prometheus text format written by prometheus-client from a custom collector
+  (`BoardCollector`) that reads the same snapshot at scrape time, plus the usual `process_*`
+  metrics (CPU, resident memory, open files, start time) read from `/proc/self` only, which
+  works under `ProcSubset=pid` (prometheus-client's own ProcessCollector needs /proc/stat).
+- `/` is `status_page.html`, one self-contained file (inline CSS and JS, no external assets,
+  enforced by its Content-Security-Policy) that polls `/status?history=1`.
+
+Requests are bounded: 8 KiB of request head, 10 s to send it, 16 connections at a time; only
+GET and HEAD. `fetch_status` is the client side used by `outpost status`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.appliance.status import StatusBoard
+
+log = logging.getLogger("outpost.status")
+
+MAX_HEAD = 8192
+REQUEST_TIMEOUT = 10.0
+MAX_CONNECTIONS = 16
+PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PAGE_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+            "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'")
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            408: "Request Timeout", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+def status_page() -> bytes:
+    """The HTML of the status page (package data next to this module)."""
+    return resources.files("gateway").joinpath("status_page.html").read_bytes()
+
+
+# -- the store files provider -----------------------------------------------------------------
+
+
+class StoreFiles:
+    """The "store" section: database and WAL size on disk, plus the store's own figures."""
+
+    def __init__(self, path: Path, store: object, durability: str) -> None:
+        self.path = path
+        self.store = store
+        self.durability = durability
+
+    def status(self) -> dict[str, Any]:
+        size = wal = 0
+        with contextlib.suppress(OSError):
+            size = os.stat(self.path).st_size
+        with contextlib.suppress(OSError):
+            wal = os.stat(f"{self.path}-wal").st_size
+        section: dict[str, Any] = {
+            "path": str(self.path), "durability": self.durability,
+            "size_bytes": size + wal, "wal_bytes": wal,
+        }
+        stats = getattr(self.store, "stats", None)
+        if callable(stats):
+            figures = stats()
+            if isinstance(figures, Mapping):
+                for key in ("commits", "commit_failures", "store_full_events", "write_bytes",
+                            "commit_seconds_max"):
+                    if key in figures:
+                        section[key] = figures[key]
+        return section
+
+
+# -- Prometheus --------------------------------------------------------------------------------
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+class BoardCollector(Collector):
+    """Turns one status snapshot into metric families at scrape time."""
+
+    def __init__(self, board: StatusBoard) -> None:
+        self.board = board
+
+    def collect(self) -> Iterator[Metric]:
+        status = self.board.collect()
+        info = GaugeMetricFamily("outpost_info", "Gateway identity", labels=["gateway_id",
+                                                                            "version"])
+        info.add_metric([str(status["gateway_id"]), str(status["version"])], 1)
+        yield info
+        yield GaugeMetricFamily("outpost_uptime_seconds", "Seconds since the broker started",
+                                value=status["uptime_s"])
+        clients = status["clients"]
+        for key, text in (("connected", "Network clients connected"),
+                          ("maximum", "Most clients (links included) connected at once"),
+                          ("links", "In-process links (bridge, uplink, status) attached"),
+                          ("sessions", "Sessions (online and offline)"),
+                          ("offline_sessions", "Persistent sessions without a connection")):
+            yield GaugeMetricFamily(f"outpost_clients_{key}", text, value=clients[key])
+        yield GaugeMetricFamily("outpost_subscriptions", "Subscriptions",
+                                value=status["subscriptions"])
+        yield GaugeMetricFamily("outpost_retained_messages", "Retained messages",
+                                value=status["retained"])
+        messages = status["messages"]
+        for key, text in (("received", "Messages received from clients, links, wills, $SYS"),
+                          ("sent", "PUBLISH packets sent to clients"),
+                          ("dropped", "Messages dropped by a queue overflow policy"),
+                          ("expired", "Messages expired before delivery"),
+                          ("denied", "Messages denied by the ACL"),
+                          ("too_large", "Messages larger than a client's maximum packet size"),
+                          ("store_full", "Messages refused because the store was full")):
+            yield CounterMetricFamily(f"outpost_messages_{key}", text, value=messages[key])
+        for key in ("received", "sent"):
+            yield CounterMetricFamily(f"outpost_bytes_{key}", f"Network bytes {key}",
+                                      value=status["bytes"][key])
+        queues = status["queues"]
+        yield GaugeMetricFamily("outpost_queued_messages", "Messages waiting in session queues",
+                                value=queues["queued_messages"])
+        yield GaugeMetricFamily("outpost_queued_bytes", "Bytes waiting in session queues",
+                                value=queues["queued_bytes"])
+        yield GaugeMetricFamily("outpost_inflight_messages", "QoS 1/2 deliveries in flight",
+                                value=queues["inflight"])
+        yield from self._store(status.get("store"))
+        yield from self._devices(status.get("devices"))
+        yield from self._uplink(status.get("uplink"))
+        yield from self._service(status.get("service"))
+        yield from _process(self.board.started_wall)
+
+    @staticmethod
+    def _store(store: object) -> Iterator[Metric]:
+        if not isinstance(store, Mapping) or "size_bytes" not in store:
+            return
+        yield GaugeMetricFamily("outpost_store_bytes", "Database and WAL size on disk",
+                                value=store["size_bytes"])
+        yield GaugeMetricFamily("outpost_store_wal_bytes", "WAL size on disk",
+                                value=store.get("wal_bytes", 0))
+        if _number(store.get("commits")) is not None:
+            yield CounterMetricFamily("outpost_store_commits", "Group commits",
+                                      value=store["commits"])
+
+    @staticmethod
+    def _devices(devices: object) -> Iterator[Metric]:
+        if not isinstance(devices, Mapping) or "devices" not in devices:
+            return
+        online = GaugeMetricFamily("outpost_device_online", "1 when the device answers",
+                                   labels=["device"])
+        errors = CounterMetricFamily("outpost_device_errors",
+                                     "Timeouts, CRC errors and exception responses",
+                                     labels=["device"])
+        age = GaugeMetricFamily("outpost_device_last_value_age_seconds",
+                                "Seconds since the device's last value", labels=["device"])
+        points = GaugeMetricFamily("outpost_point_value", "Latest numeric value of a point",
+                                   labels=["device", "point"])
+        for device in devices["devices"]:
+            name = str(device.get("name"))
+            state = device.get("online")
+            if isinstance(state, bool):
+                online.add_metric([name], 1.0 if state else 0.0)
+            errors.add_metric([name], float(device.get("errors") or 0))
+            last = _number(device.get("last_value_age_s"))
+            if last is not None:
+                age.add_metric([name], last)
+            for point, data in (device.get("points") or {}).items():
+                value = _number(data.get("value")) if isinstance(data, Mapping) else None
+                if value is not None:
+                    points.add_metric([name, str(point)], value)
+        yield from (online, errors, age, points)
+
+    @staticmethod
+    def _uplink(uplink: object) -> Iterator[Metric]:
+        if not isinstance(uplink, Mapping) or "backlog_messages" not in uplink:
+            return
+        yield GaugeMetricFamily("outpost_uplink_connected", "1 when a cloud broker is connected",
+                                value=1.0 if uplink.get("connected") else 0.0)
+        yield GaugeMetricFamily("outpost_uplink_backlog_messages", "Messages in the outbox",
+                                value=uplink["backlog_messages"])
+        for key, name, text in (
+            ("backlog_bytes", "outpost_uplink_backlog_bytes", "Bytes in the outbox"),
+            ("oldest_age_s", "outpost_uplink_oldest_age_seconds",
+             "Age of the oldest message in the outbox"),
+            ("drain_rate", "outpost_uplink_drain_rate", "Messages/s acknowledged by the cloud"),
+            ("eta_s", "outpost_uplink_drain_eta_seconds", "Time to empty the outbox"),
+        ):
+            value = _number(uplink.get(key))
+            if value is not None:
+                yield GaugeMetricFamily(name, text, value=value)
+        dropped = _number(uplink.get("dropped"))
+        if dropped is not None:
+            yield CounterMetricFamily("outpost_uplink_dropped", "Messages dropped by the outbox",
+                                      value=dropped)
+
+    @staticmethod
+    def _service(service: object) -> Iterator[Metric]:
+        if not isinstance(service, Mapping):
+            return
+        yield CounterMetricFamily("outpost_reloads", "Configuration reloads applied",
+                                  value=service.get("reloads", 0))
+        yield CounterMetricFamily("outpost_reload_failures", "Reloads refused (invalid file)",
+                                  value=service.get("reload_failures", 0))
+        yield CounterMetricFamily("outpost_watchdog_pings", "WATCHDOG=1 sent to systemd",
+                                  value=service.get("watchdog_pings", 0))
+
+
+def _process(started: float) -> Iterator[Metric]:
+    times = os.times()
+    yield CounterMetricFamily("process_cpu_seconds", "User and system CPU time spent",
+                              value=times.user + times.system)
+    yield GaugeMetricFamily("process_start_time_seconds", "Start time since the Unix epoch",
+                            value=started)
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/statm", "rb") as statm:
+            pages = int(statm.read().split()[1])
+        yield GaugeMetricFamily("process_resident_memory_bytes", "Resident memory size",
+                                value=pages * os.sysconf("SC_PAGE_SIZE"))
+    with contextlib.suppress(OSError):
+        yield GaugeMetricFamily("process_open_fds", "Open file descriptors",
+                                value=len(os.listdir("/proc/self/fd")))
+
+
+def metrics_registry(board: StatusBoard) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BoardCollector(board))
+    return registry
+
+
+# -- the HTTP server ---------------------------------------------------------------------------
+
+
+class StatusServer:
+    """`/`, `/status`, `/metrics` over asyncio streams."""
+
+    def __init__(self, board: StatusBoard) -> None:
+        self.board = board
+        self.registry = metrics_registry(board)
+        self.page = status_page()
+        self.server: asyncio.Server | None = None
+        self.active: set[asyncio.Task[None]] = set()
+        self.requests = 0
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        self.server = await asyncio.start_server(self._serve, host, port, limit=MAX_HEAD,
+                                                 reuse_address=True)
+        sockname = self.server.sockets[0].getsockname()
+        return str(sockname[0]), int(sockname[1])
+
+    async def close(self) -> None:
+        if self.server is None:
+            return
+        self.server.close()
+        for task in list(self.active):
+            task.cancel()
+        await asyncio.gather(*self.active, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.server.wait_closed(), 2.0)
+        self.server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if len(self.active) >= MAX_CONNECTIONS or task is None:
+            writer.close()
+            return
+        self.active.add(task)
+        try:
+            await self._answer(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            self.active.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT):
+                head = await reader.readuntil(b"\r\n\r\n")
+        except TimeoutError:
+            await self._send(writer, 408, "text/plain", b"request timeout\n")
+            return
+        except asyncio.LimitOverrunError:
+            await self._send(writer, 400, "text/plain", b"request head too large\n")
+            return
+        request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = request_line.split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            await self._send(writer, 400, "text/plain", b"bad request\n")
+            return
+        method, target, _version = parts
+        if method not in ("GET", "HEAD"):
+            await self._send(writer, 405, "text/plain", b"only GET and HEAD\n",
+                             {"Allow": "GET, HEAD"})
+            return
+        self.requests += 1
+        url = urlsplit(target)
+        head_only = method == "HEAD"
+        try:
+            if url.path == "/":
+                await self._send(writer, 200, "text/html; charset=utf-8", self.page,
+                                 {"Content-Security-Policy": PAGE_CSP}, head_only)
+            elif url.path == "/status":
+                query = parse_qs(url.query)
+                history = query.get("history", ["0"])[0] not in ("0", "", "false")
+                body = json.dumps(self.board.collect(history=history), separators=(",", ":"),
+                                  default=str).encode()
+                await self._send(writer, 200, "application/json", body, None, head_only)
+            elif url.path == "/metrics":
+                body = generate_latest(self.registry)
+                await self._send(writer, 200, PROMETHEUS_TYPE, body, None, head_only)
+            else:
+                await self._send(writer, 404, "text/plain", b"not found: try /, /status or "
+                                 b"/metrics\n", None, head_only)
+        except (ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception:
+            log.exception("status endpoint: %s %s failed", method, url.path)
+            await self._send(writer, 500, "text/plain", b"internal error (see the log)\n")
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, code: int, content_type: str, body: bytes,
+                    headers: Mapping[str, str] | None = None, head_only: bool = False) -> None:
+        lines = [
+            f"HTTP/1.1 {code} {_REASONS.get(code, 'Error')}",
+            f"Content-Type: {content_type}",
+            f"Content-Length: {len(body)}",
+            "Cache-Control: no-store",
+            "X-Content-Type-Options: nosniff",
+            "Connection: close",
+            *(f"{name}: {value}" for name, value in (headers or {}).items()),
+        ]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        if not head_only:
+            writer.write(body)
+        await writer.drain()
+
+
+# -- the client side (`outpost status`) --------------------------------------------------------
+
+
+class StatusUnavailableError(Exception):
+    """The status endpoint could not be reached or answered garbage."""
+
+
+def fetch_status(base_url: str, timeout: float = 5.0) -> dict[str, Any]:
+    """GET `<base_url>/status` and return the JSON object."""
+    url = base_url.rstrip("/") + "/status"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # local: no proxy
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            data = json.loads(response.read())
+    except urllib.error.URLError as exc:
+        raise StatusUnavailableError(f"{url}: {exc.reason}") from None
+    except (OSError, ValueError) as exc:
+        raise StatusUnavailableError(f"{url}: {exc}") from None
+    if not isinstance(data, dict) or "clients" not in data:
+        raise StatusUnavailableError(f"{url}: not an outpost status document")
+    return data

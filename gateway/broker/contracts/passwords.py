@@ -1,0 +1,167 @@
+"""Password files: salted slow hashes, mosquitto's formats read as they are.
+
+How this works: a password file has one `username:hash` line per user (`#` starts a comment
+line, blank lines are skipped), exactly like mosquitto's `password_file`. Two hash formats are
+understood, both mosquitto's, so a file written by `mosquitto_passwd` is read unchanged and a
+file written by `outpost passwd` is readable by mosquitto 2.x:
+
+- `$7$<iterations>$<base64 salt>$<base64 hash>`: PBKDF2-HMAC-SHA512. `outpost passwd` writes
+  this with `DEFAULT_ITERATIONS` and a 12-byte random salt (the length mosquitto insists on);
+  `mosquitto_passwd` (2.0) writes it with 101 iterations: accepted, reported as weak.
+- `$6$<base64 salt>$<base64 hash>`: one SHA-512 of password + salt (mosquitto 1.x). Accepted,
+  reported as weak.
+
+Checking a password costs `iterations` HMAC rounds (about 0.3 s at the default on x86, several
+seconds on a Raspberry Pi), so the I/O layer runs `verify` in a worker thread (hashlib releases
+the GIL) and the broker core only ever sees cached results (see `gateway.broker.contracts.auth`).
+Everything
+here is pure: text in, entries out; `update_password_text` returns the new file text and the
+caller writes it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+from dataclasses import dataclass
+
+__all__ = [
+    "DEFAULT_ITERATIONS",
+    "MIN_STRONG_ITERATIONS",
+    "PasswordEntry",
+    "PasswordFileError",
+    "hash_password",
+    "parse_hash",
+    "parse_password_text",
+    "update_password_text",
+    "verify",
+]
+
+# OWASP (2023) recommends 210,000 rounds for PBKDF2-HMAC-SHA512.
+DEFAULT_ITERATIONS = 210_000
+# Entries below this are accepted but reported as weak (mosquitto_passwd 2.0 writes 101).
+MIN_STRONG_ITERATIONS = 100_000
+SALT_BYTES = 12  # what mosquitto 2.0 expects (it refuses other lengths); 96 random bits
+HASH_BYTES = 64
+MAX_ITERATIONS = 10_000_000  # refuse absurd values: checking must stay bounded
+
+
+class PasswordFileError(ValueError):
+    """A line of a password file cannot be used (`line` is 1-based, 0 for the whole file)."""
+
+    def __init__(self, message: str, line: int = 0) -> None:
+        super().__init__(f"line {line}: {message}" if line else message)
+        self.line = line
+
+
+@dataclass(frozen=True, slots=True)
+class PasswordEntry:
+    """One user's stored hash."""
+
+    username: str
+    scheme: str  # "pbkdf2-sha512" ($7$) or "sha512" ($6$)
+    iterations: int  # 1 for sha512
+    salt: bytes
+    digest: bytes
+    text: str  # the hash exactly as stored
+
+    @property
+    def weak(self) -> bool:
+        """Too cheap to brute-force offline: re-hash with `outpost passwd`."""
+        return self.scheme == "sha512" or self.iterations < MIN_STRONG_ITERATIONS
+
+
+def _b64decode(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+def parse_hash(username: str, text: str) -> PasswordEntry:
+    """Decode a stored hash; raises `ValueError` for anything else (plaintext included)."""
+    parts = text.split("$")
+    try:
+        if len(parts) == 5 and parts[0] == "" and parts[1] == "7":
+            iterations = int(parts[2])
+            if not 1 <= iterations <= MAX_ITERATIONS:
+                raise ValueError(f"iteration count {iterations} out of range")
+            salt, digest = _b64decode(parts[3]), _b64decode(parts[4])
+            scheme = "pbkdf2-sha512"
+        elif len(parts) == 4 and parts[0] == "" and parts[1] == "6":
+            iterations = 1
+            salt, digest = _b64decode(parts[2]), _b64decode(parts[3])
+            scheme = "sha512"
+        else:
+            raise ValueError("not a $7$ (PBKDF2-SHA512) or $6$ (SHA-512) hash")
+    except (binascii.Error, UnicodeEncodeError):
+        raise ValueError("salt or hash is not valid base64") from None
+    if not salt or len(digest) != HASH_BYTES:
+        raise ValueError("empty salt or a hash that is not 64 bytes")
+    return PasswordEntry(username, scheme, iterations, salt, digest, text)
+
+
+def parse_password_text(text: str) -> dict[str, PasswordEntry]:
+    """Parse a whole password file; raises `PasswordFileError` naming the first bad line."""
+    entries: dict[str, PasswordEntry] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or raw.startswith("#"):
+            continue
+        username, sep, stored = line.partition(":")
+        username, stored = username.strip(), stored.strip()
+        if not sep or not username:
+            raise PasswordFileError("expected USERNAME:HASH", number)
+        if username in entries:
+            raise PasswordFileError(f"user {username!r} appears twice", number)
+        try:
+            entries[username] = parse_hash(username, stored)
+        except ValueError as exc:
+            raise PasswordFileError(f"user {username!r}: {exc}", number) from None
+    return entries
+
+
+def hash_password(
+    password: bytes, iterations: int = DEFAULT_ITERATIONS, salt: bytes | None = None
+) -> str:
+    """A new `$7$` PBKDF2-HMAC-SHA512 hash of `password` with a random salt."""
+    if not 1 <= iterations <= MAX_ITERATIONS:
+        raise ValueError(f"iterations must be between 1 and {MAX_ITERATIONS}")
+    salt = os.urandom(SALT_BYTES) if salt is None else salt
+    digest = hashlib.pbkdf2_hmac("sha512", password, salt, iterations, HASH_BYTES)
+    salt_text = base64.b64encode(salt).decode()
+    return f"$7${iterations}${salt_text}${base64.b64encode(digest).decode()}"
+
+
+def verify(entry: PasswordEntry, password: bytes) -> bool:
+    """Does `password` match `entry`? Slow on purpose; safe to call from a worker thread."""
+    if entry.scheme == "sha512":
+        candidate = hashlib.sha512(password + entry.salt).digest()
+    else:
+        candidate = hashlib.pbkdf2_hmac(
+            "sha512", password, entry.salt, entry.iterations, len(entry.digest)
+        )
+    return hmac.compare_digest(candidate, entry.digest)
+
+
+def update_password_text(text: str, username: str, stored: str | None) -> tuple[str, bool]:
+    """Set (or with `stored=None` delete) one user's line; other lines are kept verbatim.
+
+    Returns the new text and whether the user existed before.
+    """
+    if not username or ":" in username or "\n" in username:
+        raise ValueError("a username must be non-empty and contain no ':' or line break")
+    lines = text.splitlines()
+    found = False
+    result: list[str] = []
+    for raw in lines:
+        name, sep, _ = raw.partition(":")
+        if not raw.startswith("#") and sep and name.strip() == username:
+            found = True
+            if stored is not None:
+                result.append(f"{username}:{stored}")
+            continue
+        result.append(raw)
+    if stored is not None and not found:
+        result.append(f"{username}:{stored}")
+    return ("\n".join(result) + "\n") if result else "", found

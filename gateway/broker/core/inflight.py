@@ -1,0 +1,181 @@
+"""Outgoing messages of one session: the in-flight window and the bounded queue behind it.
+
+How this works: a `Delivery` is one message on its way to one session. QoS 1/2 deliveries get a
+packet identifier when they enter the in-flight window (at most `window` of them, the smaller of
+the client's receive maximum and ours) and stay there until PUBACK or PUBCOMP. Everything else
+waits in the queue: QoS 1/2 beyond the window, messages for an offline session, and QoS 0
+messages while the connection's socket buffer is full. The queue is bounded in messages and
+bytes; on overflow the policy drops the oldest queued message or the new one, and the caller is
+told which so it can count and log the drop.
+
+Spilling: with a durable store, at most `page` queued deliveries of a persistent session are
+kept in memory. Further ones (already stored by the store, so they carry a `store_seq`) are only
+counted in `spilled`; when the in-memory queue runs dry, `refill` pulls the next page from the
+store in `store_seq` order. Everything spilled is newer than everything in memory, so order
+holds; a QoS 0 message (never stored) arriving while deliveries are spilled is dropped and counted.
+
+Pure and synchronous.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from gateway.broker.core.message import Message
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One message on its way to one session."""
+
+    message: Message
+    qos: int
+    retain: bool
+    subscription_ids: tuple[int, ...] = ()
+    packet_id: int = 0
+    released: bool = False  # QoS 2: PUBREC received and PUBREL sent; waiting for PUBCOMP
+    sent: bool = False  # has been written at least once (DUP on resend)
+    store_seq: int = 0  # set by a durable store: order and identity on disk
+
+
+# Loads up to `limit` stored deliveries with store_seq > after (the store's load_deliveries).
+PageLoader = Callable[[int, int], list[Delivery]]
+
+
+class Outbound:
+    """In-flight window and queue of one session."""
+
+    def __init__(
+        self, max_messages: int, max_bytes: int, drop_oldest: bool, page: int = 1000
+    ) -> None:
+        self.inflight: dict[int, Delivery] = {}
+        self.queue: deque[Delivery] = deque()
+        self.queued_bytes = 0
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self.drop_oldest = drop_oldest
+        self.page = page
+        self.spilled = 0
+        self.spilled_bytes = 0
+        self.last_seq = 0  # highest store_seq that has been in memory
+        self._next_id = 1
+
+    def __len__(self) -> int:
+        """Queued deliveries, in memory and spilled."""
+        return len(self.queue) + self.spilled
+
+    def enqueue(
+        self, delivery: Delivery, loader: PageLoader | None = None
+    ) -> list[Delivery]:
+        """Queue a delivery. Returns what the overflow policy dropped (maybe the new one).
+
+        With a `loader` (durable store, persistent session) a stored delivery beyond the
+        in-memory page is spilled instead of kept.
+        """
+        size = delivery.message.size
+        if size > self.max_bytes or (self.spilled and not delivery.store_seq):
+            return [delivery]
+        dropped: list[Delivery] = []
+        while (
+            len(self.queue) + self.spilled >= self.max_messages
+            or self.queued_bytes + self.spilled_bytes + size > self.max_bytes
+        ):
+            if not self.drop_oldest:
+                return [delivery]
+            if not self.queue and loader is not None:
+                self.refill(loader)
+            if not self.queue:
+                return [delivery]
+            oldest = self.queue.popleft()
+            self.queued_bytes -= oldest.message.size
+            dropped.append(oldest)
+        if loader is not None and delivery.store_seq and (
+            self.spilled or len(self.queue) >= self.page
+        ):
+            self.spilled += 1
+            self.spilled_bytes += size
+            return dropped
+        self.queue.append(delivery)
+        self.queued_bytes += size
+        self.last_seq = max(self.last_seq, delivery.store_seq)
+        return dropped
+
+    def refill(self, loader: PageLoader) -> None:
+        """Pull the next page of spilled deliveries into memory (queue must be empty)."""
+        if self.queue or not self.spilled:
+            return
+        page = loader(self.last_seq, self.page)
+        if not page:
+            self.spilled = self.spilled_bytes = 0  # the store has nothing more
+            return
+        for delivery in page:
+            self.queue.append(delivery)
+            self.queued_bytes += delivery.message.size
+            self.spilled_bytes -= delivery.message.size
+        self.spilled = max(0, self.spilled - len(page))
+        self.spilled_bytes = max(0, self.spilled_bytes) if self.spilled else 0
+        self.last_seq = page[-1].store_seq
+
+    def requeue_front(self, delivery: Delivery) -> None:
+        """Put a delivery back at the head (a QoS 0 that could not be written)."""
+        self.queue.appendleft(delivery)
+        self.queued_bytes += delivery.message.size
+
+    def pop(self) -> Delivery | None:
+        """Take the oldest queued delivery."""
+        if not self.queue:
+            return None
+        delivery = self.queue.popleft()
+        self.queued_bytes -= delivery.message.size
+        return delivery
+
+    def allocate_id(self) -> int:
+        """A packet identifier not in flight (1..65535, round robin)."""
+        if len(self.inflight) >= 65535:
+            raise RuntimeError("no free packet identifier")
+        candidate = self._next_id
+        while candidate in self.inflight:
+            candidate = candidate % 65535 + 1
+        self._next_id = candidate % 65535 + 1
+        return candidate
+
+    def start(self, delivery: Delivery) -> int:
+        """Move a QoS 1/2 delivery into the window; returns its packet identifier."""
+        if not delivery.packet_id:
+            delivery.packet_id = self.allocate_id()
+        self.inflight[delivery.packet_id] = delivery
+        return delivery.packet_id
+
+    def acknowledge(self, packet_id: int, qos: int) -> Delivery | None:
+        """PUBACK (qos 1) or PUBCOMP (qos 2): the delivery is done."""
+        delivery = self.inflight.get(packet_id)
+        if delivery is None or delivery.qos != qos or (qos == 2 and not delivery.released):
+            return None
+        del self.inflight[packet_id]
+        return delivery
+
+    def received(self, packet_id: int) -> Delivery | None:
+        """PUBREC: the QoS 2 delivery moves to the PUBREL stage."""
+        delivery = self.inflight.get(packet_id)
+        if delivery is None or delivery.qos != 2:
+            return None
+        delivery.released = True
+        return delivery
+
+    def drop_inflight(self, packet_id: int) -> Delivery | None:
+        """Forget a delivery the client refused (v5 PUBACK/PUBREC with a failure code)."""
+        return self.inflight.pop(packet_id, None)
+
+    def iter_all(self) -> Iterator[Delivery]:
+        """In-flight deliveries (oldest first), then the queue."""
+        yield from self.inflight.values()
+        yield from self.queue
+
+    def clear(self) -> None:
+        """Forget everything (clean start)."""
+        self.inflight.clear()
+        self.queue.clear()
+        self.queued_bytes = 0
+        self.spilled = self.spilled_bytes = 0

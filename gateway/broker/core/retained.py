@@ -1,0 +1,125 @@
+"""Retained messages: one per topic, kept in a topic-level trie for filter lookups.
+
+How this works: `set` stores (or, with an empty payload, deletes) the retained message of a topic.
+`match(filter)` walks the filter's levels over the trie — a literal level follows one child, `+`
+follows every child, `#` takes the whole subtree — so a subscription touches only the retained
+messages it can match and a `#` subscriber gets all of them in one pass. Expired messages are
+skipped and removed as they are met. Filters starting with a wildcard skip `$` topics.
+
+Pure and synchronous: no I/O, no clock (callers pass `now`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from gateway.broker.core.message import Message
+
+
+@dataclass(slots=True)
+class _Node:
+    children: dict[str, _Node] = field(default_factory=dict)
+    message: Message | None = None
+
+
+class RetainedStore:
+    """The retained message of every topic that has one."""
+
+    def __init__(self) -> None:
+        self._root = _Node()
+        self.count = 0
+
+    def set(self, message: Message) -> bool:
+        """Store `message` for its topic (an empty payload deletes). True if anything changed."""
+        levels = message.topic.split("/")
+        if not message.payload:
+            return self._delete(levels)
+        node = self._root
+        for level in levels:
+            child = node.children.get(level)
+            if child is None:
+                child = node.children[level] = _Node()
+            node = child
+        if node.message is None:
+            self.count += 1
+        node.message = message
+        return True
+
+    def get(self, topic: str) -> Message | None:
+        """The retained message of exactly `topic`."""
+        node = self._root
+        for level in topic.split("/"):
+            child = node.children.get(level)
+            if child is None:
+                return None
+            node = child
+        return node.message
+
+    def _delete(self, levels: list[str]) -> bool:
+        path = [self._root]
+        for level in levels:
+            child = path[-1].children.get(level)
+            if child is None:
+                return False
+            path.append(child)
+        if path[-1].message is None:
+            return False
+        path[-1].message = None
+        self.count -= 1
+        for depth in range(len(levels), 0, -1):
+            node = path[depth]
+            if node.children or node.message is not None:
+                break
+            del path[depth - 1].children[levels[depth - 1]]
+        return True
+
+    def match(self, topic_filter: str, now: float) -> list[Message]:
+        """Every live retained message whose topic matches `topic_filter`."""
+        found: list[Message] = []
+        levels = topic_filter.split("/")
+        self._walk(self._root, levels, 0, found)
+        live = [m for m in found if not m.expired(now)]
+        if len(live) != len(found):
+            for message in found:
+                if message.expired(now):
+                    self._delete(message.topic.split("/"))
+        return live
+
+    def _walk(self, node: _Node, levels: list[str], depth: int, found: list[Message]) -> None:
+        if depth == len(levels):
+            if node.message is not None:
+                found.append(node.message)
+            return
+        level = levels[depth]
+        if level == "#":
+            # "a/#" matches "a" itself, then everything below it.
+            if node.message is not None and depth > 0:
+                found.append(node.message)
+            for name, child in node.children.items():
+                if depth == 0 and name.startswith("$"):
+                    continue
+                self._collect(child, found)
+            return
+        if level == "+":
+            for name, child in node.children.items():
+                if depth == 0 and name.startswith("$"):
+                    continue
+                self._walk(child, levels, depth + 1, found)
+            return
+        literal = node.children.get(level)
+        if literal is not None:
+            self._walk(literal, levels, depth + 1, found)
+
+    def _collect(self, node: _Node, found: list[Message]) -> None:
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if current.message is not None:
+                found.append(current.message)
+            stack.extend(current.children.values())
+
+    def __iter__(self) -> Iterator[Message]:
+        found: list[Message] = []
+        self._collect(self._root, found)
+        return iter(found)

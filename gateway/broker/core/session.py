@@ -1,0 +1,124 @@
+"""Session state (kept across connections) and connection state (one network connection).
+
+How this works: a `Session` is what MQTT promises to remember for a client id — subscriptions,
+outgoing messages in flight and queued, incoming QoS 2 packet ids awaiting PUBREL, the will and
+the expiry interval. A `Connection` is one live transport: protocol version, negotiated limits,
+topic aliases in both directions, keepalive, and the `Sink` the core writes bytes to. A session
+has at most one connection; when it has none it is offline and queues.
+
+The core never does I/O itself: it calls `Sink.write` (which the server buffers and coalesces
+per loop iteration) and `Sink.close`. `write(data, gated=True)` marks bytes that must wait for
+the durable store's next flush (a PUBACK for a message that was stored).
+
+Pure and synchronous.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gateway.broker.codec.packets import MQTT_5, Will
+from gateway.broker.core.inflight import Outbound
+from gateway.broker.core.message import Message
+from gateway.broker.core.router import SubOptions
+
+NEVER_EXPIRES = 0xFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class ClientInfo:
+    """Who is asking."""
+
+    client_id: str
+    username: str | None
+    listener: str
+    peer: str
+    anonymous_allowed: bool = True
+
+
+class Sink(Protocol):
+    """Where a connection's outgoing bytes go (implemented by the I/O layer and links)."""
+
+    def write(self, data: bytes, gated: bool = False) -> None:
+        """Queue bytes for the peer; `gated` bytes wait for the durable store's flush."""
+
+    def close(self) -> None:
+        """Close after the bytes already written have been sent."""
+
+    def backlog(self) -> int:
+        """Bytes written but not yet accepted by the operating system."""
+
+
+class MessageReceiver(Protocol):
+    """An in-process consumer: takes routed messages without any encoding."""
+
+    def receive(self, message: Message, qos: int, retain: bool) -> None:
+        """One message matched a subscription of the link."""
+
+
+@dataclass(slots=True, eq=False)
+class Connection:
+    """One live network (or in-process) connection."""
+
+    sink: Sink
+    listener: str
+    peer: str
+    anonymous_allowed: bool
+    opened_at: float
+    last_seen: float
+    version: int = 0  # 0 until CONNECT
+    client_id: str = ""
+    username: str | None = None
+    keep_alive: int = 0
+    session: Session | None = None
+    # limits the client announced (v5 CONNECT properties)
+    client_receive_maximum: int = 65535
+    client_max_packet_size: int = 268_435_460
+    client_topic_alias_maximum: int = 0
+    request_problem_information: bool = True
+    # topic aliases
+    aliases_in: dict[int, str] = field(default_factory=dict)
+    aliases_out: dict[str, int] = field(default_factory=dict)
+    # incoming QoS 1/2 publishes not yet completed (receive-maximum enforcement)
+    incoming_inflight: int = 0
+    closed: bool = False
+    info: ClientInfo | None = None
+    receiver: MessageReceiver | None = None  # in-process links get messages, not bytes
+    will_suppressed: bool = False  # normal DISCONNECT (reason 0x00)
+    sent_disconnect: bool = False
+
+    @property
+    def is_v5(self) -> bool:
+        return self.version == MQTT_5
+
+
+@dataclass(slots=True, eq=False)
+class Session:
+    """What the broker remembers about one client id."""
+
+    client_id: str
+    protocol_level: int
+    outbound: Outbound
+    expiry_interval: int = 0
+    subscriptions: dict[str, SubOptions] = field(default_factory=dict)
+    awaiting_release: set[int] = field(default_factory=set)  # incoming QoS 2 ids
+    will: Will | None = None
+    connection: Connection | None = None
+    disconnected_at: float | None = None
+    dropped: int = 0  # messages dropped by the queue overflow policy
+
+    @property
+    def online(self) -> bool:
+        return self.connection is not None and not self.connection.closed
+
+    @property
+    def persistent(self) -> bool:
+        """Outlives its connection (v5 expiry > 0 or a 3.1.x clean-session=0 session)."""
+        return self.expiry_interval > 0
+
+    def expires_at(self) -> float | None:
+        """When an offline session is discarded (None: never, or online)."""
+        if self.disconnected_at is None or self.expiry_interval == NEVER_EXPIRES:
+            return None
+        return self.disconnected_at + self.expiry_interval

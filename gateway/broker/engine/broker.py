@@ -1,0 +1,376 @@
+"""The broker core: packets and `now` in, bytes to sinks and hook events out.
+
+How this works: the I/O layer creates a `Connection` per socket (or in-process link), passes
+every decoded packet to `Broker.handle` together with the current monotonic time, reports lost
+connections with `connection_lost`, and calls `tick` about once a second. The broker owns every
+session, the subscription table and the retained store. Packet handling is one method per
+incoming packet type (`_on_connect`, `_on_publish`, ...); routing and the delivery window live
+in `gateway.broker.engine.delivery`, periodic duties (keepalive, connect timeout, will delay,
+session expiry,
+`$SYS`) in `tick`. A protocol violation goes through one place, `protocol_error`, which sends a
+v5 DISCONNECT with the reason code (3.1.x: just closes) and publishes the will.
+
+Pure and synchronous: no awaits, no clock reads, no sockets.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from gateway.broker.codec import encode
+from gateway.broker.codec.errors import MQTTProtocolError, PacketTooLarge
+from gateway.broker.codec.packets import (
+    MQTT_5,
+    NO_PROPERTIES,
+    Auth,
+    Connect,
+    Disconnect,
+    Packet,
+    PingReq,
+    PingResp,
+    Properties,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    Subscribe,
+    Unsubscribe,
+    Will,
+)
+from gateway.broker.codec.reason_codes import (
+    ALLOWED_REASON_CODES,
+    ReasonCode,
+)
+from gateway.broker.codec.topics import parse_shared
+from gateway.broker.contracts.config import BrokerConfig
+from gateway.broker.contracts.hooks import (
+    INTERNAL_LISTENERS,
+    Access,
+    BrokerHooks,
+    RestoredState,
+    SessionRecord,
+)
+from gateway.broker.core.inflight import Outbound
+from gateway.broker.core.log_sampling import worth_logging
+from gateway.broker.core.message import Message
+from gateway.broker.core.retained import RetainedStore
+from gateway.broker.core.router import SubscriptionTable
+from gateway.broker.core.session import ClientInfo, Connection, Session, Sink
+from gateway.broker.engine import handle_connect, handle_publish, handle_subscribe
+from gateway.broker.engine.delivery import Dispatcher
+from gateway.broker.engine.sys_topics import SysPublisher
+
+log = logging.getLogger("outpost.broker")
+_CONNACK_CODES = ALLOWED_REASON_CODES["CONNACK"]
+
+@dataclass(slots=True)
+class _PendingWill:
+    due: float
+    will: Will
+    info: ClientInfo
+
+class Broker:
+    """All broker state and the handlers of every incoming packet."""
+
+    def __init__(self, config: BrokerConfig, hooks: BrokerHooks | None = None, now: float = 0.0,
+                 queue_page: int = 1000) -> None:
+        # queue_page: queued messages per offline session kept in memory ([storage] queue_page)
+        self.config = config
+        self.queue_page = queue_page
+        self.limits = config.limits
+        self.hooks = hooks or BrokerHooks()
+        self.sessions: dict[str, Session] = {}
+        self.connections: set[Connection] = set()
+        self.table = SubscriptionTable()
+        self.retained = RetainedStore()
+        self.dispatch = Dispatcher(self.sessions, self.table, self.hooks, self.limits)
+        self.counters = self.dispatch.counters
+        self.pending_wills: dict[str, _PendingWill] = {}
+        self.sys = SysPublisher(config.sys.interval, now)
+        self.started_at = now
+        self.clients_connected = 0
+        self.links_connected = 0  # in-process links among clients_connected
+        self.clients_maximum = 0
+        self.gated_acks = self.hooks.durable
+
+    def restore(self, state: RestoredState, now: float) -> None:
+        """Rebuild sessions, queues, in-flight state and retained messages from a store."""
+        for restored in state.sessions:
+            record = restored.record
+            session = Session(
+                record.client_id, record.protocol_level, self.new_outbound(),
+                record.expiry_interval, dict(record.subscriptions),
+                awaiting_release=set(restored.awaiting_release),
+                disconnected_at=now if record.disconnected_at is None else record.disconnected_at,
+            )
+            for topic_filter, options in record.subscriptions.items():
+                group, actual = parse_shared(topic_filter)
+                self.table.subscribe(record.client_id, actual, options, group)
+            outbound = session.outbound
+            for delivery in restored.deliveries:
+                if delivery.packet_id:
+                    delivery.sent = True  # resent with DUP on reconnect
+                    outbound.inflight[delivery.packet_id] = delivery
+                else:
+                    outbound.queue.append(delivery)
+                    outbound.queued_bytes += delivery.message.size
+                outbound.last_seq = max(outbound.last_seq, delivery.store_seq)
+            outbound.spilled = restored.spilled
+            outbound.spilled_bytes = restored.spilled_bytes
+            self.sessions[record.client_id] = session
+            if record.will is not None:
+                # The connection ended with the old process, without a DISCONNECT.
+                info = ClientInfo(record.client_id, None, "restored", "restored")
+                self.pending_wills[record.client_id] = _PendingWill(
+                    now + min(record.will_delay, record.expiry_interval), record.will, info
+                )
+        for message in state.retained:
+            self.retained.set(message)
+        if state.sessions or state.retained:
+            log.info(
+                "restored %d session(s) and %d retained message(s)",
+                len(state.sessions), len(state.retained),
+            )
+
+    def new_outbound(self) -> Outbound:
+        limits = self.limits
+        return Outbound(
+            limits.max_queued_messages, limits.max_queued_bytes,
+            limits.queue_overflow == "drop-oldest", self.queue_page,
+        )
+
+    # -- connections -------------------------------------------------------------------
+
+    def open_connection(
+        self, sink: Sink, listener: str, peer: str, anonymous_allowed: bool, now: float
+    ) -> Connection:
+        """Register a new transport; the CONNECT is still to come."""
+        conn = Connection(sink, listener, peer, anonymous_allowed, now, now)
+        self.connections.add(conn)
+        return conn
+
+    def handle(self, conn: Connection, packet: Packet, now: float, raw: bytes = b"") -> None:
+        """Process one decoded packet from `conn`. `raw` is its wire bytes (PUBLISH only)."""
+        if conn.closed:
+            return
+        conn.last_seen = now
+        if conn.version == 0 or conn.session is None:
+            if isinstance(packet, Connect):
+                handle_connect.on_connect(self, conn, packet, now)
+            else:
+                self.protocol_error(conn, ReasonCode.PROTOCOL_ERROR, "first packet must be CONNECT")
+            return
+        if isinstance(packet, Publish):
+            handle_publish.on_publish(self, conn, packet, now, raw)
+        elif isinstance(packet, PubAck):
+            handle_publish.on_puback(self, conn, packet, now)
+        elif isinstance(packet, PubRec):
+            handle_publish.on_pubrec(self, conn, packet)
+        elif isinstance(packet, PubRel):
+            handle_publish.on_pubrel(self, conn, packet)
+        elif isinstance(packet, PubComp):
+            handle_publish.on_pubcomp(self, conn, packet, now)
+        elif isinstance(packet, Subscribe):
+            handle_subscribe.on_subscribe(self, conn, packet, now)
+        elif isinstance(packet, Unsubscribe):
+            handle_subscribe.on_unsubscribe(self, conn, packet)
+        elif isinstance(packet, PingReq):
+            conn.sink.write(encode(PingResp(), conn.version))
+        elif isinstance(packet, Disconnect):
+            handle_connect.on_disconnect(self, conn, packet)
+        elif isinstance(packet, Auth):
+            # No enhanced authentication method is configured, so any AUTH is unexpected.
+            self.protocol_error(conn, ReasonCode.PROTOCOL_ERROR, "AUTH without an auth method")
+        elif isinstance(packet, Connect):
+            self.protocol_error(conn, ReasonCode.PROTOCOL_ERROR, "second CONNECT")
+        else:
+            self.protocol_error(
+                conn, ReasonCode.PROTOCOL_ERROR, f"{type(packet).__name__} is not sent by clients"
+            )
+
+    def protocol_error(self, conn: Connection, reason: int, message: str) -> None:
+        """Close `conn` because the client broke the protocol (v5: DISCONNECT with reason)."""
+        if conn.closed:
+            return
+        log.info(
+            "closing %s (%s): %s (reason 0x%02X)", conn.client_id or conn.peer, conn.peer,
+            message, reason,
+        )
+        if conn.is_v5 and conn.session is not None:
+            props = Properties(reason_string=message) if conn.request_problem_information else (
+                NO_PROPERTIES
+            )
+            data = encode(Disconnect(reason, props), MQTT_5)
+            if len(data) > conn.client_max_packet_size:  # [MQTT-3.14.2-3]: drop the string
+                data = encode(Disconnect(reason), MQTT_5)
+            conn.sink.write(data)
+            conn.sent_disconnect = True
+        conn.sink.close()
+        conn.closed = True
+
+    def shutdown_connection(self, conn: Connection) -> None:
+        """The broker is stopping: tell a v5 client why, then close."""
+        if conn.closed:
+            return
+        if conn.is_v5 and conn.session is not None:
+            conn.sink.write(encode(Disconnect(ReasonCode.SERVER_SHUTTING_DOWN), MQTT_5))
+        conn.sink.close()
+        conn.closed = True
+
+    def decode_error(self, conn: Connection, error: MQTTProtocolError) -> None:
+        """The codec refused bytes from `conn`."""
+        if isinstance(error, PacketTooLarge):  # logged below with the sizes
+            self.counters.packets_limited += 1
+        if conn.session is None and error.protocol_level == MQTT_5 and not conn.closed:
+            # A v5 CONNECT that does not parse: a CONNACK carrying the reason, then close.
+            log.info("bad CONNECT from %s: %s", conn.peer, error.reason)
+            conn.version = MQTT_5
+            code = error.reason_code
+            if code not in _CONNACK_CODES:
+                code = ReasonCode.MALFORMED_PACKET
+            handle_connect.refuse(self, conn, code)
+            return
+        self.protocol_error(conn, error.reason_code, error.reason)
+
+    def connection_lost(self, conn: Connection, now: float) -> None:
+        """The transport is gone: publish or schedule the will, keep or end the session."""
+        self.connections.discard(conn)
+        conn.closed = True
+        session = conn.session
+        if session is None or session.connection is not conn:
+            return
+        self.clients_connected -= 1
+        self.links_connected -= conn.listener in INTERNAL_LISTENERS
+        session.connection = None
+        session.disconnected_at = now
+        if session.will is not None and not conn.will_suppressed:
+            self._schedule_will(session, conn, now)
+        session.will = None
+        if session.expiry_interval == 0:
+            self.end_session(session, now)
+        else:
+            self.hooks.session_saved(self.record(session))
+
+    def end_session(self, session: Session, now: float) -> None:
+        """Forget a session for good."""
+        for topic_filter in session.subscriptions:
+            group, actual = parse_shared(topic_filter)
+            self.table.unsubscribe(session.client_id, actual, group)
+        session.subscriptions.clear()
+        session.outbound.clear()
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+        pending = self.pending_wills.pop(session.client_id, None)
+        if pending is not None:
+            self._publish_will(pending.will, pending.info, now)
+        if session.persistent:
+            self.hooks.session_deleted(session.client_id)
+
+    def record(self, session: Session) -> SessionRecord:
+        pending = self.pending_wills.get(session.client_id)
+        will = session.will if pending is None else pending.will
+        return SessionRecord(
+            session.client_id, session.protocol_level, session.expiry_interval,
+            dict(session.subscriptions), will,
+            (will.properties.will_delay_interval or 0) if will else 0,
+            session.disconnected_at,
+        )
+
+    # -- wills -------------------------------------------------------------------------
+
+    def _schedule_will(self, session: Session, conn: Connection, now: float) -> None:
+        will = session.will
+        assert will is not None and conn.info is not None
+        delay = will.properties.will_delay_interval or 0
+        if delay == 0 or session.expiry_interval == 0:
+            self._publish_will(will, conn.info, now)
+        else:
+            self.pending_wills[session.client_id] = _PendingWill(
+                now + min(delay, session.expiry_interval), will, conn.info
+            )
+
+    def topic_over_limits(self, topic: str, info: ClientInfo, what: str) -> bool:
+        """True when a client's topic or filter is longer or deeper than `[limits]` allow.
+
+        Counted in `topic_limited` and logged (the first ten, then every thousandth);
+        in-process links are exempt: their topics come from the configuration.
+        """
+        limits = self.limits
+        # Cheap pre-check: a str of n characters encodes to at most 4n bytes.
+        if len(topic) * 4 <= limits.max_topic_length and topic.count("/") < limits.max_topic_levels:
+            return False
+        size = len(topic.encode("utf-8", "surrogatepass"))
+        levels = topic.count("/") + 1
+        if (size <= limits.max_topic_length and levels <= limits.max_topic_levels) or \
+                info.listener in INTERNAL_LISTENERS:
+            return False
+        self.counters.topic_limited += 1
+        count = self.counters.topic_limited
+        if worth_logging(count, every=1000):
+            log.warning(
+                "refused the %s topic of %s from %s: %d bytes / %d levels is over the limit "
+                "(%d bytes, %d levels; %d refused so far)", what, info.client_id, info.peer,
+                size, levels, limits.max_topic_length, limits.max_topic_levels, count,
+            )
+        return True
+
+    def _publish_will(self, will: Will, info: ClientInfo, now: float) -> None:
+        if self.topic_over_limits(will.topic, info, "will"):
+            return
+        if not self.hooks.check_acl(info, will.topic, Access.WRITE):
+            self.counters.denied += 1
+            return
+        props = replace(will.properties, will_delay_interval=None)
+        expiry = props.message_expiry_interval
+        message = Message(
+            will.topic, will.payload, will.qos, will.retain, props,
+            None if expiry is None else now + expiry, info.client_id,
+        )
+        self.publish(message, now, info)
+
+    def publish(self, message: Message, now: float, origin: ClientInfo | None = None) -> int:
+        """Accept a message from any producer (client, will, link, $SYS) and route it."""
+        self.counters.received += 1
+        if message.retain and self.retained.set(message):
+            self.hooks.retained_changed(message.topic, message if message.payload else None)
+        self.hooks.published(origin, message)
+        return self.dispatch.route(message, now)
+
+    # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------
+
+    # -- periodic duties ---------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        """Keepalive and connect timeouts, delayed wills, session expiry, `$SYS`."""
+        timeout = self.limits.connect_timeout
+        for conn in list(self.connections):
+            if conn.closed:
+                continue
+            if conn.session is None:
+                if now - conn.opened_at > timeout:
+                    self.counters.refused_timeout += 1
+                    count = self.counters.refused_timeout
+                    if worth_logging(count, every=100):
+                        log.info("no CONNECT from %s within %g s: closing "
+                                 "(limits.connect_timeout; %d so far)", conn.peer, timeout, count)
+                    conn.sink.close()
+                    conn.closed = True
+            elif conn.keep_alive and now - conn.last_seen > conn.keep_alive * 1.5:
+                self.protocol_error(conn, ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+        for client_id, pending in list(self.pending_wills.items()):
+            if now >= pending.due:
+                del self.pending_wills[client_id]
+                self._publish_will(pending.will, pending.info, now)
+        for session in list(self.sessions.values()):
+            expires = session.expires_at()
+            if expires is not None and now >= expires and not session.online:
+                self.end_session(session, now)
+        for message in self.sys.due(self, now):
+            self.publish(message, now)
+
+    def online_sessions(self) -> Iterable[Session]:
+        """Sessions with a live connection."""
+        return (s for s in self.sessions.values() if s.online)

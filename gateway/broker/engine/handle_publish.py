@@ -1,0 +1,212 @@
+"""PUBLISH from clients and the four QoS acknowledgements in both directions.
+
+How this works: `on_publish` resolves topic aliases, checks payload format, receive maximum and
+write access, refuses what the durable store cannot take, builds the `Message` (seeding it with
+the raw bytes for QoS 0), routes it through `Broker.publish` and answers PUBACK / PUBREC — gated
+on the store flush when the hooks are durable. The ack handlers move deliveries through the
+session window and report stored state changes to the hooks. Pure and synchronous.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gateway.broker.codec import encode
+from gateway.broker.codec.packets import (
+    MQTT_5,
+    NO_PROPERTIES,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+)
+from gateway.broker.codec.reason_codes import ReasonCode
+from gateway.broker.contracts.hooks import Access
+from gateway.broker.core.log_sampling import worth_logging
+from gateway.broker.core.message import V3_VERSIONS, Message
+from gateway.broker.core.session import Connection
+
+if TYPE_CHECKING:
+    from gateway.broker.engine.broker import Broker
+
+log = logging.getLogger("outpost.broker")
+
+
+def on_publish(broker: Broker, conn: Connection, packet: Publish, now: float, raw: bytes) -> None:
+    """Handle a PUBLISH from a client."""
+    session = conn.session
+    assert session is not None and conn.info is not None
+    props = packet.properties
+    topic = packet.topic
+    if conn.is_v5 and props is not NO_PROPERTIES:
+        if props.subscription_identifiers:
+            # [MQTT-3.3.4-6]: only the server puts subscription identifiers in PUBLISH.
+            broker.protocol_error(
+                conn, ReasonCode.PROTOCOL_ERROR, "subscription identifier in PUBLISH"
+            )
+            return
+        alias = props.topic_alias
+        if alias is not None:
+            if alias > broker.limits.topic_alias_maximum:
+                broker.protocol_error(conn, ReasonCode.TOPIC_ALIAS_INVALID, "topic alias too big")
+                return
+            if topic:
+                conn.aliases_in[alias] = topic
+            else:
+                known = conn.aliases_in.get(alias)
+                if known is None:
+                    broker.protocol_error(conn, ReasonCode.PROTOCOL_ERROR, "unknown topic alias")
+                    return
+                topic = known
+            raw = b""  # the alias is per connection: never forward these bytes
+        if props.payload_format_indicator == 1:
+            try:
+                packet.payload.decode("utf-8")
+            except UnicodeDecodeError:
+                refuse_publish(broker, conn, packet, ReasonCode.PAYLOAD_FORMAT_INVALID)
+                return
+    qos = packet.qos
+    if qos == 2:
+        if packet.packet_id in session.awaiting_release:
+            conn.sink.write(encode(PubRec(packet.packet_id or 0), conn.version))
+            return
+        # Receive Maximum is a 5.0 promise; a 3.1.x client was never told of a limit
+        # (its packet ids bound the set at 65535).
+        if conn.is_v5 and len(session.awaiting_release) >= broker.limits.receive_maximum:
+            broker.protocol_error(
+                conn, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded"
+            )
+            return
+    if broker.topic_over_limits(topic, conn.info, "PUBLISH"):
+        refuse_publish(broker, conn, packet, ReasonCode.TOPIC_NAME_INVALID)
+        return
+    if topic.startswith("$SYS") or not broker.hooks.check_acl(conn.info, topic, Access.WRITE):
+        # $SYS belongs to the broker and its in-process producers, never to clients.
+        broker.counters.denied += 1
+        refuse_publish(broker, conn, packet, ReasonCode.NOT_AUTHORIZED)
+        return
+    if props is not NO_PROPERTIES and (props.topic_alias is not None):
+        props = replace(props, topic_alias=None)
+    expiry = props.message_expiry_interval
+    message = Message(
+        topic, packet.payload, qos, packet.retain, props,
+        None if expiry is None else now + expiry, conn.client_id,
+    )
+    if qos == 0 and raw:
+        message.seed_raw(raw, V3_VERSIONS if not conn.is_v5 else (MQTT_5,))
+    elif qos and broker.gated_acks and not broker.hooks.accepting():
+        store_full(broker, conn, packet)
+        return
+    broker.publish(message, now, conn.info)
+    if not qos:
+        return
+    pid = packet.packet_id or 0
+    if broker.dispatch.rejected and conn.is_v5 and broker.limits.queue_overflow == "reject":
+        refuse_publish(broker, conn, packet, ReasonCode.QUOTA_EXCEEDED)
+    elif qos == 1:
+        conn.sink.write(encode(PubAck(pid), conn.version), broker.gated_acks)
+    else:
+        session.awaiting_release.add(pid)
+        if session.persistent:
+            broker.hooks.qos2_received(session.client_id, pid)
+        conn.sink.write(encode(PubRec(pid), conn.version), broker.gated_acks)
+
+
+def store_full(broker: Broker, conn: Connection, packet: Publish) -> None:
+    """The durable store cannot take more: never acknowledge what was not stored."""
+    broker.counters.store_full += 1
+    if worth_logging(broker.counters.store_full, every=1000, first=1):
+        log.error(
+            "store full (size cap or disk headroom): refused %d QoS 1/2 message(s) so far",
+            broker.counters.store_full,
+        )
+    if conn.is_v5:
+        refuse_publish(broker, conn, packet, ReasonCode.QUOTA_EXCEEDED)
+    else:
+        # 3.1.x has no way to say "not stored": close unacknowledged; the client resends.
+        conn.sink.close()
+        conn.closed = True
+
+
+def refuse_publish(broker: Broker, conn: Connection, packet: Publish, reason: int) -> None:
+    """Answer a PUBLISH that is not accepted (v5 reason code; 3.1.x: acked and dropped)."""
+    pid = packet.packet_id or 0
+    code = reason if conn.is_v5 else 0
+    if packet.qos == 1:
+        conn.sink.write(encode(PubAck(pid, code), conn.version))
+    elif packet.qos == 2:
+        if conn.is_v5:
+            conn.sink.write(encode(PubRec(pid, code), conn.version))
+        else:
+            assert conn.session is not None
+            conn.session.awaiting_release.add(pid)
+            conn.sink.write(encode(PubRec(pid), conn.version))
+    elif reason == ReasonCode.PAYLOAD_FORMAT_INVALID:
+        broker.protocol_error(conn, reason, "payload is not valid UTF-8")
+
+
+def on_puback(broker: Broker, conn: Connection, packet: PubAck, now: float) -> None:
+    """PUBACK from a subscriber: the QoS 1 delivery is done."""
+    _delivery_done(broker, conn, packet.packet_id, 1, now)
+
+
+def _delivery_done(broker: Broker, conn: Connection, packet_id: int, qos: int,
+                   now: float) -> None:
+    """The subscriber's last acknowledgement of a QoS `qos` delivery: forget it, send more."""
+    session = conn.session
+    assert session is not None
+    delivery = session.outbound.acknowledge(packet_id, qos)
+    if delivery is not None:
+        if session.persistent:
+            broker.hooks.qos_completed(session.client_id, delivery)
+        broker.dispatch.pump(session, now)
+
+
+def on_pubrec(broker: Broker, conn: Connection, packet: PubRec) -> None:
+    """PUBREC from a subscriber: answer PUBREL (or drop the delivery on a failure code)."""
+    session = conn.session
+    assert session is not None
+    if packet.reason_code >= 0x80:
+        delivery = session.outbound.drop_inflight(packet.packet_id)
+        if delivery is not None and session.persistent:
+            broker.hooks.qos_completed(session.client_id, delivery)
+        return
+    delivery = session.outbound.received(packet.packet_id)
+    if delivery is None:
+        code = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND if conn.is_v5 else 0
+        conn.sink.write(encode(PubRel(packet.packet_id, code), conn.version))
+        return
+    if session.persistent:
+        broker.hooks.qos_updated(session.client_id, delivery)
+    # Once PUBREL is out the subscriber may forget the id: after a crash the broker must
+    # resend PUBREL, not the PUBLISH, so "PUBREC received" is stored first.
+    conn.sink.write(
+        encode(PubRel(packet.packet_id), conn.version), broker.gated_acks and session.persistent
+    )
+
+
+def on_pubrel(broker: Broker, conn: Connection, packet: PubRel) -> None:
+    """PUBREL from a publisher: forget its QoS 2 packet id and answer PUBCOMP."""
+    session = conn.session
+    assert session is not None
+    code = 0
+    if packet.packet_id in session.awaiting_release:
+        session.awaiting_release.discard(packet.packet_id)
+        if session.persistent:
+            broker.hooks.qos2_released(session.client_id, packet.packet_id)
+    elif conn.is_v5:
+        code = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+    # After PUBCOMP the publisher may reuse the id for a new message: the release is stored
+    # first, or a restarted broker would drop that message as a duplicate.
+    conn.sink.write(
+        encode(PubComp(packet.packet_id, code), conn.version),
+        broker.gated_acks and session.persistent,
+    )
+
+
+def on_pubcomp(broker: Broker, conn: Connection, packet: PubComp, now: float) -> None:
+    """PUBCOMP from a subscriber: the QoS 2 delivery is done."""
+    _delivery_done(broker, conn, packet.packet_id, 2, now)

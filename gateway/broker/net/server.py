@@ -1,0 +1,366 @@
+"""The one I/O module of the broker: TCP listeners and the bytes of each connection.
+
+How this works: every accepted socket gets an `MQTTConnection` (an asyncio Protocol). Incoming
+bytes are decoded in place, packet by packet, and each packet goes to `Broker.handle` with the
+loop's monotonic time. Outgoing bytes are never written one by one: `write` appends to the
+connection's list and marks it dirty, and one callback per loop iteration joins each dirty
+connection's list into a single `transport.write` (write coalescing).
+
+Durable acknowledgements: when the hooks are durable, `write(..., gated=True)` (a PUBACK or
+PUBREC for a stored message) holds that connection's output, from that point on, until a
+`hooks.flush()` that started after the write has completed. One flush serves every connection
+that was waiting (group commit), and each connection's output stays in order.
+
+Back-pressure: when a transport's buffer passes the high-water mark asyncio calls
+`pause_writing`; the broker then queues that client's messages in its bounded session queue.
+`resume_writing` pumps the queue again.
+
+Listeners and admission (gateway/broker/net/listeners.py): `start` binds every configured listener
+(tcp, tls, ws, wss, unix) through `listeners.start_listener`; each ends in an `MQTTConnection`.
+A new socket is counted per source address by `Admission.accept` (refused: closed at once), and
+the first CONNECT passes `Admission.on_connect`, which may park it (login throttle delay,
+password hash in a worker thread): reading pauses until `resume_connect`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import cast
+
+from gateway.broker.codec import NEED_DATA, decode
+from gateway.broker.codec.errors import MQTTProtocolError, UnsupportedProtocolVersion
+from gateway.broker.codec.packets import Connect, Publish
+from gateway.broker.contracts.auth import Security
+from gateway.broker.contracts.config import ListenerConfig, listener_labels
+from gateway.broker.core.session import Connection
+from gateway.broker.engine.broker import Broker
+from gateway.broker.engine.delivery import HIGH_WATER
+from gateway.broker.net import listeners
+
+log = logging.getLogger("outpost.server")
+
+TICK_SECONDS = 0.5
+# Output is written at the end of the loop iteration, or at once when this much is waiting.
+FLUSH_BYTES = 64 * 1024
+# libuv may hand a busy socket's data over in many reads per iteration; after this many bytes
+# reading pauses until the next iteration so output, timers and other clients get their turn.
+READ_BURST = 256 * 1024
+_UNSUPPORTED_VERSION_CONNACK = b"\x20\x02\x00\x01"  # 3.1.1 CONNACK, return code 1
+
+
+class MQTTConnection(asyncio.Protocol):
+    """One client socket."""
+
+    def __init__(self, server: Server, listener: ListenerConfig, label: str | None = None
+                 ) -> None:
+        self.server = server
+        self.listener = listener
+        self.label = label or listener.bind  # ClientInfo.listener
+        self.source: str | None = None  # counted by Admission (None: not counted)
+        self.before_connect = False  # counted as "before CONNECT" by Admission
+        self.parked = False  # the CONNECT waits in Admission; reading is paused
+        self.refused = False
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.out: list[bytes] = []
+        self.out_bytes = 0
+        self.held: list[bytes] = []
+        self.in_commit: list[bytes] | None = None
+        self.closing = False
+        self.paused = False
+        self.read_bytes = 0
+        self.conn: Connection
+
+    # -- asyncio callbacks -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        if self.source is None:  # not admitted by a TLS acceptor: count it here
+            source = listeners.peer_source(peer)
+            if not self.server.admission.accept(source):
+                self.discard()
+                self.transport.abort()
+                return
+            self.adopt(source)
+        self.server.connections.add(self)
+        self.transport.set_write_buffer_limits(HIGH_WATER, HIGH_WATER // 4)
+        peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else (
+            str(peer) or listeners.UNIX_SOURCE)
+        self.conn = self.server.broker.open_connection(
+            self, self.label, peer_text, self.listener.anonymous_allowed,
+            self.server.loop.time(),
+        )
+
+    def adopt(self, source: str) -> None:
+        """This connection was counted for `source` (released in `connection_lost`)."""
+        self.source = source
+        self.before_connect = True
+
+    def discard(self) -> None:
+        """Refused before it started: nothing to release, no broker connection."""
+        self.refused = self.closing = True
+        self.server.connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        server = self.server
+        server.broker.sys.bytes_received += len(data)
+        if self.closing:
+            return
+        if self.parked:
+            self.buffer += data
+            return
+        self.read_bytes += len(data)
+        if self.read_bytes >= READ_BURST and self.transport is not None:
+            self.read_bytes = 0
+            self.transport.pause_reading()
+            server.loop.call_soon(self._resume_reading)
+        if self.buffer:
+            self.buffer += data
+            data = bytes(self.buffer)
+            self.buffer.clear()
+        broker = server.broker
+        conn = self.conn
+        now = server.loop.time()
+        max_size = broker.limits.max_packet_size
+        offset = 0
+        end = len(data)
+        try:
+            while offset < end and not conn.closed:
+                view = memoryview(data)[offset:] if offset else data
+                result = decode(view, conn.version, max_size)
+                if result is NEED_DATA:
+                    break
+                packet, used = result
+                raw = b""
+                if type(packet) is Publish and packet.qos == 0:
+                    raw = data[offset:offset + used] if offset or used != end else data
+                elif conn.version == 0 and type(packet) is Connect:
+                    admitted = server.admission.on_connect(self, packet)
+                    if admitted is None:  # parked: resume_connect() continues
+                        self._park(data, offset + used, end)
+                        return
+                    packet = admitted
+                broker.handle(conn, packet, now, raw)
+                offset += used
+        except UnsupportedProtocolVersion as exc:
+            log.info("%s: %s", conn.peer, exc.reason)
+            self.write(_UNSUPPORTED_VERSION_CONNACK)
+            self.close()
+            return
+        except MQTTProtocolError as exc:
+            broker.decode_error(conn, exc)
+            return
+        if offset < end:
+            self.buffer += data[offset:] if offset else data
+
+    def _park(self, data: bytes, offset: int, end: int) -> None:
+        self.parked = True
+        if offset < end:
+            self.buffer += data[offset:]
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_connect(self, packet: Connect) -> None:
+        """Admission is done with the parked CONNECT: handle it, then what came after it."""
+        self.parked = False
+        if self.closing or self.conn.closed:
+            return
+        self.server.broker.handle(self.conn, packet, self.server.loop.time())
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+        if self.buffer and not self.conn.closed:
+            self.data_received(b"")
+
+    def _resume_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.connections.discard(self)
+        if self.refused:
+            return
+        if self.source is not None:
+            self.server.admission.release(self.source, self.before_connect)
+            self.before_connect = False
+        self.server.broker.connection_lost(self.conn, self.server.loop.time())
+
+    def pause_writing(self) -> None:
+        self.paused = True  # backlog() is above HIGH_WATER: the broker queues meanwhile
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self._pump()
+
+    def _pump(self) -> None:
+        session = self.conn.session
+        if session is not None and (session.outbound.queue or session.outbound.spilled):
+            self.server.broker.dispatch.pump(session, self.server.loop.time())
+
+    # -- Sink (called by the broker core) ---------------------------------------------
+
+    def write(self, data: bytes, gated: bool = False) -> None:
+        """Queue bytes; flushed once per loop iteration (gated: after the store's flush)."""
+        if self.closing:
+            return
+        if gated or self.held or self.in_commit is not None:
+            self.held.append(data)
+            self.server.request_commit(self)
+            return
+        self.out.append(data)
+        self.out_bytes += len(data)
+        if self.out_bytes >= FLUSH_BYTES:
+            self.flush()
+        elif len(self.out) == 1:
+            self.server.mark_dirty(self)
+
+    def close(self) -> None:
+        """Close once everything already written has been flushed."""
+        if self.closing:
+            return
+        self.closing = True
+        if self.held or self.in_commit is not None:
+            return  # closed by release() once the commit completes
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+
+    def backlog(self) -> int:
+        # Only a paused transport (buffer above HIGH_WATER) makes the broker queue, because
+        # only then is a resume_writing() -> pump guaranteed to follow; our own list never
+        # reaches HIGH_WATER since it is written through at FLUSH_BYTES.
+        if self.paused and self.transport is not None:
+            return self.transport.get_write_buffer_size() + self.out_bytes
+        return self.out_bytes
+
+    # -- output ------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write the queued bytes with one system call."""
+        if not self.out or self.transport is None or self.transport.is_closing():
+            self.out.clear()
+            self.out_bytes = 0
+            return
+        data = self.out[0] if len(self.out) == 1 else b"".join(self.out)
+        self.out.clear()
+        self.out_bytes = 0
+        self.server.broker.sys.bytes_sent += len(data)
+        self.transport.write(data)
+
+    def abort(self) -> None:
+        """Drop held output and close: the store could not commit what it acknowledges."""
+        self.in_commit = None
+        self.held.clear()
+        self.out.clear()
+        self.out_bytes = 0
+        self.closing = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def release(self) -> None:
+        """A store flush covering `in_commit` completed: send it."""
+        released = self.in_commit or []
+        self.in_commit = None
+        for data in released:
+            self.out.append(data)
+            self.out_bytes += len(data)
+        self.flush()
+        if self.closing and not self.held and self.transport is not None:
+            self.transport.close()
+
+
+class Server:
+    """Listeners, the per-iteration flush, the store commit loop and the broker's clock."""
+
+    def __init__(self, broker: Broker, security: Security | None = None) -> None:
+        self.broker = broker
+        self.loop = asyncio.get_running_loop()
+        self.servers: list[asyncio.AbstractServer] = []
+        self.connections: set[MQTTConnection] = set()
+        self.addresses: list[tuple[str, int]] = []
+        self.bound: list[str] = []  # "HOST:PORT", "HOST:PORT (tls)", "unix:PATH"
+        self.unix_paths: list[Path] = []
+        self.admission = listeners.Admission(self, security)
+        self._dirty: list[MQTTConnection] = []
+        self._waiting: set[MQTTConnection] = set()
+        self._commit_task: asyncio.Task[None] | None = None
+        self._tick_handle: asyncio.TimerHandle | None = None
+
+    def new_protocol(self, listener: ListenerConfig, label: str) -> MQTTConnection:
+        """A connection protocol for `listener` (used by the listener factories)."""
+        return MQTTConnection(self, listener, label)
+
+    async def start(self, configured: list[ListenerConfig]) -> list[tuple[str, int]]:
+        """Bind every listener; returns the bound (host, port) pairs (`bound` has them all)."""
+        for listener, label in zip(configured, listener_labels(configured), strict=True):
+            server, addresses = await listeners.start_listener(self, listener, label)
+            self.servers.append(server)
+            self.addresses.extend(addresses)
+        self._tick_handle = self.loop.call_later(TICK_SECONDS, self._tick)
+        return self.addresses
+
+    def _tick(self) -> None:
+        self.broker.tick(self.loop.time())
+        self._tick_handle = self.loop.call_later(TICK_SECONDS, self._tick)
+
+    def mark_dirty(self, connection: MQTTConnection) -> None:
+        if not self._dirty:
+            self.loop.call_soon(self._flush_dirty)
+        self._dirty.append(connection)
+
+    def _flush_dirty(self) -> None:
+        dirty, self._dirty = self._dirty, []
+        for connection in dirty:
+            connection.flush()
+
+    def request_commit(self, connection: MQTTConnection) -> None:
+        self._waiting.add(connection)
+        if self._commit_task is None:
+            self._commit_task = self.loop.create_task(self._commit_loop(), name="store-commit")
+
+    async def _commit_loop(self) -> None:
+        try:
+            while self._waiting:
+                batch = [c for c in self._waiting if c.in_commit is None]
+                self._waiting.difference_update(batch)
+                for connection in batch:
+                    connection.in_commit, connection.held = connection.held, []
+                try:
+                    await self.broker.hooks.flush()
+                except Exception:
+                    # Nothing of this batch is stored: its acknowledgements must never be
+                    # sent. Closing makes the publishers send again after reconnecting.
+                    log.exception("store commit failed: closing %d connection(s)", len(batch))
+                    for connection in batch:
+                        connection.abort()
+                    continue
+                for connection in batch:
+                    connection.release()
+                    if connection.held:
+                        self._waiting.add(connection)
+        finally:
+            self._commit_task = None
+
+    async def stop(self) -> None:
+        """Stop accepting, say goodbye to every client, flush the store."""
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        for server in self.servers:
+            server.close()
+        self.admission.close()
+        now = self.loop.time()
+        for connection in list(self.connections):
+            self.broker.shutdown_connection(connection.conn)
+            connection.close()
+        for connection in list(self.connections):
+            self.broker.connection_lost(connection.conn, now)
+        if self._commit_task is not None:
+            await self._commit_task
+        for server in self.servers:
+            await server.wait_closed()
+        for path in self.unix_paths:
+            path.unlink(missing_ok=True)
+        await self.broker.hooks.close()

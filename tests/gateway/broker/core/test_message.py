@@ -1,0 +1,37 @@
+"""One encoding per outgoing shape, shared by every subscriber of that shape."""
+
+from __future__ import annotations
+
+from gateway.broker.codec import decode, encode
+from gateway.broker.codec.packets import MQTT_3_1_1, MQTT_5, Properties, Publish
+from gateway.broker.core.message import V3_VERSIONS, Message
+
+
+def test_qos0_shape_is_shared_and_raw_bytes_are_reused() -> None:
+    raw = encode(Publish("a/b", b"payload", retain=True), MQTT_3_1_1)
+    message = Message("a/b", b"payload", 0, True)
+    message.seed_raw(raw, V3_VERSIONS)
+    first = message.encode_for(MQTT_3_1_1, 0, False, None, 0.0)
+    assert first is message.encode_for(MQTT_3_1_1, 0, False, None, 0.0)
+    assert first == encode(Publish("a/b", b"payload"), MQTT_3_1_1)
+    assert message.encode_for(MQTT_3_1_1, 0, True, None, 0.0) == raw
+
+
+def test_packet_id_and_flags_are_patched_per_subscriber() -> None:
+    message = Message("t", b"x" * 200, 2, False)
+    for pid, dup in ((1, False), (0x1234, True)):
+        data = message.encode_for(MQTT_3_1_1, 2, False, pid, 0.0, dup=dup)
+        assert data == encode(Publish("t", b"x" * 200, 2, False, dup, pid), MQTT_3_1_1)
+
+
+def test_v5_remaining_expiry_and_subscription_ids() -> None:
+    props = Properties(message_expiry_interval=60, user_properties=(("k", "v"),))
+    message = Message("t", b"x", 1, False, props, expires_at=100.0 + 60)
+    data = message.encode_for(MQTT_5, 1, False, 5, 130.0, (7,))
+    result = decode(data, MQTT_5)
+    assert not isinstance(result, type(None))
+    packet = result[0]  # type: ignore[index]
+    assert isinstance(packet, Publish)
+    assert packet.properties.message_expiry_interval == 30
+    assert packet.properties.subscription_identifiers == (7,)
+    assert packet.properties.user_properties == (("k", "v"),)
