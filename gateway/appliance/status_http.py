@@ -53,7 +53,7 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
 
 def status_page() -> bytes:
     """The HTML of the status page (package data next to this module)."""
-    return resources.files("gateway").joinpath("status_page.html").read_bytes()
+    return resources.files("gateway.appliance").joinpath("status_page.html").read_bytes()
 
 
 # -- the store files provider -----------------------------------------------------------------

@@ -222,7 +222,7 @@ class Demo:
         self.duration = duration
         self.out = out
         self.ports = Ports()
-        self.root = Path(__file__).resolve().parents[2]
+        self.root = Path(__file__).resolve().parents[3]
         self.children: list[Child] = []
         self.py = sys.executable
         self.tty: Path | None = None
