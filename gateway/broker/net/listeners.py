@@ -380,7 +380,6 @@ class WebSocketConnection(asyncio.Protocol):
 
     def __init__(self, server: Server, listener: ListenerConfig, label: str) -> None:
         self.server = server
-        self.listener = listener
         self.ws = websocket.MQTTWebSocket(listener.ws_path, listener.origins,
                                           server.broker.limits.max_packet_size)
         self.inner = server.new_protocol(listener, label)

@@ -98,7 +98,7 @@ class MQTTWebSocket:
         self.max_header_bytes = max_header_bytes
         self._http = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
         self._received = 0  # bytes fed to h11 before the request was complete
-        self._ws: WSConnection | None = None  # once the request is parsed
+        self._ws: WSConnection | None = None  # once the 101 is out
         self._message_bytes = 0  # of the binary message being received
         self._finished = False  # refused or closed: later bytes are ignored
 
