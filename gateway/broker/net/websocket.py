@@ -146,6 +146,8 @@ class MQTTWebSocket:
             if isinstance(hint, RejectConnection):
                 return [self._refuse(hint.status_code, str(exc), list(hint.headers))]
             return [self._refuse(400, str(exc))]
+        except UnicodeError:  # wsproto decodes Host, Connection, ... and the target strictly
+            return [self._refuse(400, "non-ASCII bytes in the upgrade request")]
         [upgrade] = ws.events()
         assert isinstance(upgrade, Request)
         refusal, subprotocol = self._check_upgrade(upgrade)

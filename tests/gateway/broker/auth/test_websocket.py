@@ -85,6 +85,9 @@ def test_subprotocol_choice(offered: str | None, chosen: str | None) -> None:
     (ws_request(key=b"short"), 400),
     (ws_request().replace(b"HTTP/1.1", b"HTTP/1.0"), 400),
     (b"hello\r\n\r\n", 400),
+    (ws_request().replace(b"Host: localhost", b"Host: l\xf6calhost"), 400),  # not ASCII
+    (ws_request().replace(b"Connection: Upgrade", b"Connection: Upgrade, \xe9"), 400),
+    (ws_request().replace(b"GET /mqtt ", b"GET /mqtt\xe9 "), 400),
     (b"GET /mqtt HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 9000 + b"\r\n\r\n", 431),
     (b"GET /mqtt HTTP/1.1\r\nX: " + b"a" * 9000, 431),  # no end of header in sight
     (ws_request("/other"), 404),
