@@ -7,13 +7,15 @@ before closing). `send(mqtt)` wraps MQTT bytes in one BINARY frame; `close(code)
 close frame. Never imports asyncio or socket.
 
 - The upgrade request is parsed by h11 first (at most `max_header_bytes`, else 431), then handed
-  to wsproto (`initiate_upgrade_connection`), which checks what RFC 6455 asks of it (Upgrade and
-  Connection headers, Host, version 13 or 426, a key). h11 comes first because wsproto's own
-  server handshake keeps the bytes after the request inside its HTTP parser: frames a client
-  sends right behind its request, before our 101, would be lost. Here they are h11's trailing
-  data, fed to wsproto once the 101 is out. Then the listener's rules: the path (404), the
-  Origin (403), the subprotocol (`mqtt`, also the older `mqttv3.1`; a client that offers only
-  others gets 400, one that offers none is accepted without one).
+  to wsproto's handshake (`initiate_upgrade_connection`), which checks what RFC 6455 asks of it
+  (Upgrade and Connection headers, Host, version 13 or 426, a key) and writes the 101. h11
+  comes first because wsproto's own server handshake keeps the bytes after the request inside
+  its HTTP parser: frames a client sends right behind its request, before our 101, would be
+  lost. Here they are h11's trailing data, handed to the wsproto `Connection` that reads the
+  frames from then on (its `trailing_data`); both handshake parsers are dropped then (about
+  2 KB per connection stay). Before the 101, the listener's rules: the path (404), the Origin
+  (403), the subprotocol (`mqtt`, also the older `mqttv3.1`; a client that offers only others
+  gets 400, one that offers none is accepted without one).
 - Open: wsproto streams frames (a frame's payload is handed out as it arrives, never buffered
   whole) and we pass binary payload straight on: MQTT over WebSockets is a byte stream, frame
   and message boundaries mean nothing to it. A message larger than `max_message_size` (the
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 
 import h11
 from wsproto import ConnectionType, WSConnection
-from wsproto.connection import ConnectionState
+from wsproto.connection import Connection, ConnectionState
 from wsproto.events import (
     AcceptConnection,
     BytesMessage,
@@ -96,9 +98,12 @@ class MQTTWebSocket:
         self.origins = origins
         self.max_message_size = max_message_size
         self.max_header_bytes = max_header_bytes
-        self._http = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
+        # until the upgrade: the request's parser; after it: the frames' (the handshake's
+        # objects are dropped then, a connection keeps only what it needs)
+        self._http: h11.Connection | None = h11.Connection(
+            h11.SERVER, max_incomplete_event_size=max_header_bytes)
         self._received = 0  # bytes fed to h11 before the request was complete
-        self._ws: WSConnection | None = None  # once the 101 is out
+        self._ws: Connection | None = None
         self._message_bytes = 0  # of the binary message being received
         self._finished = False  # refused or closed: later bytes are ignored
 
@@ -120,6 +125,7 @@ class MQTTWebSocket:
 
     def _receive_request(self, data: bytes) -> list[Event]:
         parser = self._http
+        assert parser is not None
         parser.receive_data(data)
         self._received += len(data)
         try:
@@ -138,9 +144,9 @@ class MQTTWebSocket:
         refusal = self._check_http(request)
         if refusal is not None:
             return [refusal]
-        ws = WSConnection(ConnectionType.SERVER)
+        handshake = WSConnection(ConnectionType.SERVER)
         try:
-            ws.initiate_upgrade_connection(list(request.headers), request.target)
+            handshake.initiate_upgrade_connection(list(request.headers), request.target)
         except RemoteProtocolError as exc:
             hint = exc.event_hint
             if isinstance(hint, RejectConnection):
@@ -148,15 +154,16 @@ class MQTTWebSocket:
             return [self._refuse(400, str(exc))]
         except UnicodeError:  # wsproto decodes Host, Connection, ... and the target strictly
             return [self._refuse(400, "non-ASCII bytes in the upgrade request")]
-        [upgrade] = ws.events()
+        [upgrade] = handshake.events()
         assert isinstance(upgrade, Request)
         refusal, subprotocol = self._check_upgrade(upgrade)
         if refusal is not None:
             return [refusal]
-        self._ws = ws
-        events: list[Event] = [Reply(ws.send(AcceptConnection(subprotocol=subprotocol)))]
-        ws.receive_data(trailing)  # frames the client sent ahead of our 101
-        return events + self._receive_frames(ws)
+        reply = Reply(handshake.send(AcceptConnection(subprotocol=subprotocol)))
+        self._http = None
+        # frames the client sent ahead of our 101 are the parser's trailing data
+        self._ws = ws = Connection(ConnectionType.SERVER, trailing_data=trailing)
+        return [reply, *self._receive_frames(ws)]
 
     def _check_http(self, request: h11.Request) -> Refused | None:
         """What wsproto leaves to the server: the method, HTTP/1.1 and the key's form."""
@@ -197,10 +204,11 @@ class MQTTWebSocket:
         )
         # h11 answers even a request it could not parse (a server may send its 4xx then)
         parser = self._http
+        assert parser is not None
         data = (parser.send(response) or b"") + (parser.send(h11.Data(data=body)) or b"")
         return Refused(status, reason, data)
 
-    def _receive_frames(self, ws: WSConnection) -> list[Event]:
+    def _receive_frames(self, ws: Connection) -> list[Event]:
         events: list[Event] = []
         payload: list[bytes | bytearray] = []  # consecutive binary payload, passed on as one
         closed: Closed | None = None
@@ -234,7 +242,7 @@ class MQTTWebSocket:
             events.append(closed)
         return events
 
-    def _closed_by(self, ws: WSConnection, event: CloseConnection) -> Closed:
+    def _closed_by(self, ws: Connection, event: CloseConnection) -> Closed:
         """A close frame from the peer, or wsproto's report of a framing error."""
         if ws.state is not ConnectionState.REMOTE_CLOSING:  # a framing error: still OPEN
             return self._close_for(event.code, event.reason or "")
