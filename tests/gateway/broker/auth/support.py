@@ -361,6 +361,15 @@ class WSSocket:
         del buf[:offset + size]
         return opcode, payload
 
+    def next_frame(self) -> tuple[int, bytes]:
+        """The next frame from the server as it came: (opcode, payload); (-1, b"") at EOF."""
+        while (parsed := self._frame()) is None:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return -1, b""
+            self.buffer += chunk
+        return parsed
+
     def recv(self, size: int) -> bytes:
         while True:
             if self.closed:
