@@ -185,7 +185,7 @@ class Bridge:
                 bus.channel.close()
         for poller in stopped_pollers.values():  # a restarted device counts from zero
             if poller.device.bus in buses:
-                buses[poller.device.bus].counters.pop(poller.device.unit, None)
+                buses[poller.device.bus].counters.pop(poller.device.unit_id, None)
         for name in stopping:
             if name not in new_names:
                 self._publish_status(name, False)

@@ -65,7 +65,7 @@ class DevicePoller:
         self.online: bool | None = None
         self.failures = 0
         self.cycles = 0
-        self.counters = bus.counters_for(device.unit)
+        self.counters = bus.counters_for(device.unit_id)
         self.points: dict[str, PointRuntime] = {}
         for point in device.points:
             policy = ReportPolicy.resolve(point.report, device.report, point.deadband,
@@ -101,7 +101,7 @@ class DevicePoller:
             read = reads[index]
             try:
                 response = await self.bus.execute(
-                    Request(self.device.unit, read.function, read.address, read.count))
+                    Request(self.device.unit_id, read.function, read.address, read.count))
             except TransactionError as exc:
                 if exc.kind != "exception":
                     self._failed(exc)
@@ -172,7 +172,7 @@ class DevicePoller:
                 return
             try:
                 await self.bus.execute(
-                    Request(self.device.unit, first.function, first.address, first.count),
+                    Request(self.device.unit_id, first.function, first.address, first.count),
                     retries=0)
             except TransactionError as exc:
                 if exc.kind == "exception":
@@ -197,7 +197,7 @@ class DevicePoller:
             words = convert.encode(point.spec, value)
         except convert.ConvertError as exc:
             raise WriteError(str(exc)) from None
-        unit, span, spec = self.device.unit, point.span, point.spec
+        unit, span, spec = self.device.unit_id, point.span, point.spec
         try:
             if span.table == "coil":
                 request = Request(unit, 5, span.address, 1, (words[0],))
@@ -224,5 +224,5 @@ class DevicePoller:
 
     def _register_write(self, address: int, words: list[int]) -> Request:
         if len(words) == 1 and self.device.single_register_write == "fc6":
-            return Request(self.device.unit, 6, address, 1, (words[0],))
-        return Request(self.device.unit, 16, address, len(words), tuple(words))
+            return Request(self.device.unit_id, 6, address, 1, (words[0],))
+        return Request(self.device.unit_id, 16, address, len(words), tuple(words))

@@ -77,7 +77,7 @@ quiet_after_timeout = 0.05
 [[bridge.devices]]
 name = "plc"
 bus = "line"
-unit = 1
+unit_id = 1
 address_base = 0
 poll_interval = 0.1
 report = "poll"
