@@ -25,6 +25,7 @@ import difflib
 import itertools
 import logging
 import tomllib
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,11 +33,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from bridge.modbus.convert import (
     FLOAT_TYPES,
@@ -50,6 +53,7 @@ from bridge.modbus.convert import (
 )
 from bridge.modbus.plan import BIT_TABLES, MAX_BITS, MAX_REGISTERS, Read, Span, plan_reads
 from bridge.serial.config import Name, ReportFields, SerialDeviceConfig, check_unique
+from gateway.base.settings import format_errors
 
 Table = Literal["coil", "discrete", "holding", "input"]
 DataType = Literal[
@@ -362,6 +366,21 @@ def _shared_converters(buses: list[BusConfig]) -> list[str]:
     return problems
 
 
+def _unknown_buses(data: dict[str, Any]) -> list[str]:
+    """`devices.N 'name': unknown bus` for the raw entries of a `[bridge]` table."""
+    buses, devices = data.get("buses"), data.get("devices")
+    if not isinstance(buses, list):
+        buses = []
+    if not isinstance(devices, list):
+        return []
+    names = sorted({b["name"] for b in buses if isinstance(b, dict)
+                    and isinstance(b.get("name"), str)})
+    return [f"devices.{i} {d.get('name')!r}: unknown bus {d['bus']!r} "
+            f"(buses: {', '.join(names) or 'none'})"
+            for i, d in enumerate(devices)
+            if isinstance(d, dict) and isinstance(d.get("bus"), str) and d["bus"] not in names]
+
+
 def profile_names() -> list[str]:
     """The device profiles shipped with outpost (`map = "profile:NAME"`)."""
     return sorted(path.stem for path in PROFILE_DIR.glob("*.toml"))
@@ -395,8 +414,7 @@ def load_map(base: Path, name: str) -> dict[str, Any]:
     try:
         _MapPoints.model_validate({"points": data.get("points", [])})
     except ValidationError as exc:
-        lines = [".".join(str(p) for p in err["loc"]) + ": " + err["msg"] for err in exc.errors()]
-        raise ValueError(f"map {name}: " + "; ".join(lines)) from None
+        raise ValueError(f"map {name}: " + "; ".join(format_errors(exc, _MapPoints))) from None
     return data
 
 
@@ -417,6 +435,32 @@ class BridgeConfig(_Model):
     buses: list[BusConfig] = Field(default_factory=list)
     devices: list[DeviceConfig] = Field(default_factory=list)
     serial: list[SerialDeviceConfig] = Field(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _every_error_at_once(cls, data: Any, handler: ModelWrapValidatorHandler[BridgeConfig],
+                             ) -> BridgeConfig:
+        """Reference errors (a device on an unknown bus) come with the field errors.
+
+        The reference check below runs only once every device is valid; when some are not,
+        the references are checked here on the raw entries, so one `check-config` run lists
+        every problem.
+        """
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            errors = exc.errors()
+            if any("unknown bus" in err["msg"] for err in errors) or not isinstance(data, dict):
+                raise
+            extra = [InitErrorDetails(
+                type=PydanticCustomError("value_error", "Value error, {problem}",
+                                         {"problem": problem}),
+                loc=("devices",), input=data.get("devices"))
+                for problem in _unknown_buses(data)]
+            if not extra:
+                raise
+            raise ValidationError.from_exception_data(
+                exc.title, [*typing.cast(list[InitErrorDetails], errors), *extra]) from None
 
     @field_validator("buses")
     @classmethod

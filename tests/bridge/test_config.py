@@ -408,3 +408,39 @@ def test_profiles_are_maps_by_name(tmp_path: Path) -> None:
     assert meter.span(meter.points[0]).address == 0  # the profile's address_base 1
     text = point_errors(tmp_path, "", 'map = "profile:sdm630"\naddress_base = 1')
     assert "map profile:sdm630: no such profile; did you mean 'profile:eastron-sdm630'?" in text
+
+
+def test_errors_teach_the_fix(tmp_path: Path) -> None:
+    text = point_errors(tmp_path, """
+  { name = "a", address = 1, byte_order = "ABCD", tabel = "input" },
+""", 'order = "ABCD"')
+    assert "bridge.devices.0.order: Extra inputs are not permitted (did you mean byte_order?)" \
+        in text
+    assert ("bridge.devices.0.points.0.byte_order: Extra inputs are not permitted (did you "
+            "mean order?)") in text
+    assert "bridge.devices.0.points.0.tabel: Extra inputs are not permitted (did you mean table?)" \
+        in text
+    assert ("bridge.devices.0.address_base: Field required: one of 0, 1 (1 when the manual "
+            "counts registers from 1)") in text
+    nothing_close = point_errors(tmp_path, '{ name = "a", address = 1, zzz = 1 },')
+    assert "points.0.zzz: Extra inputs are not permitted (valid keys: unit, report," \
+        in nothing_close
+
+
+def test_field_and_reference_errors_in_one_pass(tmp_path: Path) -> None:
+    text = "\n".join(errors_of(tmp_path, """
+[[bridge.buses]]
+name = "lab"
+type = "tcp"
+host = "localhost"
+
+[[bridge.devices]]
+name = "meter"
+bus = "lab1"
+unit_id = 1
+address_base = 0
+points = [{ name = "a", address = 1, sclae = 2 }]
+"""))
+    assert "bridge.devices.0.points.0.sclae: Extra inputs are not permitted" in text
+    assert "bridge.devices: Value error, devices.0 'meter': unknown bus 'lab1' (buses: lab)" \
+        in text
