@@ -184,8 +184,10 @@ class DevicePoller:
                 continue
             self._answered()
 
-    async def write(self, name: str, value: object) -> None:
-        """Write a point; raises WriteError with a message for `.../set/result`."""
+    async def write(self, name: str, value: object) -> tuple[convert.Value, list[int]]:
+        """Write a point; returns what was written: the value after scaling and rounding, as
+        it reads back from the registers, and the registers. Raises WriteError with a message
+        for `.../set/result`."""
         point = self.points.get(name)
         if point is None:
             raise WriteError(f"unknown point {name!r}")
@@ -208,19 +210,20 @@ class DevicePoller:
             else:
                 request = self._register_write(span.address, words)
             await self.bus.execute(request)
+            written = bool(words[0]) if spec.type == "bit" else convert.decode(spec, words)[0]
+            registers = list(request.values)
             if not point.config.readback:
-                return
+                return written, registers
             read = Read(span.table, span.address, span.size, (span,))
             response = await self.bus.execute(
                 Request(unit, read.function, span.address, span.size))
         except TransactionError as exc:
             raise WriteError(str(exc)) from None
-        written, got = convert.decode(spec, words)[0], convert.decode(spec, response.values)[0]
-        if spec.type == "bit":
-            written = bool(words[0])
+        got = convert.decode(spec, response.values)[0]
         if got != written:
             raise WriteError(f"read-back mismatch: wrote {written!r}, read {got!r}")
         self._publish_read(read, response.values, force=True)
+        return written, registers
 
     def _register_write(self, address: int, words: list[int]) -> Request:
         if len(words) == 1 and self.device.single_register_write == "fc6":
