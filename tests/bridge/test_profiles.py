@@ -150,5 +150,11 @@ def test_profiles_read_back_end_to_end(
                 for point, unit in units.items():  # every point of the profile answers
                     got = mqtt.wait(f"devices/{name}/{point}")
                     assert got["unit"] == unit, (name, point)
+            # A client that subscribes now, with every value stable, gets them at once.
+            with Watcher(mqtt.broker) as late:
+                got = late.wait("devices/eastron-sdm630/voltage_l1")
+                assert got["value"] == pytest.approx(230.1)
+                assert next(m.retain for m in late.messages
+                            if m.topic == "devices/eastron-sdm630/voltage_l1") is True
     finally:
         sim.stop()
