@@ -192,7 +192,7 @@ def probe_map(args: argparse.Namespace) -> int:
         device = DeviceConfig.model_validate(data, context={"base_dir": Path.cwd()})
     except ValidationError as exc:
         print(f"probe: cannot use map {args.map}:", file=sys.stderr)
-        for line in format_errors(exc):
+        for line in format_errors(exc, DeviceConfig):
             print(f"  {line}", file=sys.stderr)
         return 2
     requests = [Request(args.unit, READ_FUNCTION[point.table], device.span(point).address,

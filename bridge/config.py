@@ -299,9 +299,10 @@ def _notation_problem(point: PointConfig, base: int) -> str | None:
 
     Manuals write input register 73 as 30073 (or 300073) and holding register 1 as 40001: the
     first digit is the table, the rest counts from 1. With `address_base = 1` (the manual's
-    counting) an address of 30001-39999 on the input table, 40001-49999 on holding, 00001-09999
-    / 10001-19999 on coils / discrete inputs, is that notation copied whole: the wire address
-    would be 30000 higher than meant and the read would fail only at run time with exception 2.
+    counting) an address of 30001-39999 on the input table, 40001-49999 on holding or
+    10001-19999 on discrete inputs is that notation copied whole: the wire address would be
+    30000 higher than meant and the read would fail only at run time with exception 2 (coils'
+    0xxxx notation cannot be told from a plain address).
     With `address_base = 0` such addresses are real (SunSpec devices start at 40000, SMA
     inverters use 30775 on the wire), so they pass. The 6-digit notation (300001) and anything
     else past 65535 cannot exist at all.
@@ -314,8 +315,7 @@ def _notation_problem(point: PointConfig, base: int) -> str | None:
             and NOTATION_TABLE.get(address // 10000) == point.table):
         return (f"address {address} looks like the manual's {address // 10000}xxxx notation "
                 f"for {point.table} register {address % 10000}: write address = "
-                f"{address % 10000 - 1 + base} (with address_base {base}), or set "
-                f"address_base = 1 and address = {address % 10000}")
+                f"{address % 10000} (with address_base 1)")
     return None
 
 
