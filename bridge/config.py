@@ -25,7 +25,6 @@ import difflib
 import itertools
 import logging
 import tomllib
-import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -39,7 +38,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from bridge.modbus.convert import (
     FLOAT_TYPES,
@@ -449,18 +447,16 @@ class BridgeConfig(_Model):
         try:
             return handler(data)
         except ValidationError as exc:
-            errors = exc.errors()
+            errors: list[Any] = exc.errors()
             if any("unknown bus" in err["msg"] for err in errors) or not isinstance(data, dict):
                 raise
-            extra = [InitErrorDetails(
-                type=PydanticCustomError("value_error", "Value error, {problem}",
-                                         {"problem": problem}),
-                loc=("devices",), input=data.get("devices"))
+            extra: list[Any] = [
+                {"type": "value_error", "loc": ("devices",), "input": data.get("devices"),
+                 "ctx": {"error": ValueError(problem)}}
                 for problem in _unknown_buses(data)]
             if not extra:
                 raise
-            raise ValidationError.from_exception_data(
-                exc.title, [*typing.cast(list[InitErrorDetails], errors), *extra]) from None
+            raise ValidationError.from_exception_data(exc.title, [*errors, *extra]) from None
 
     @field_validator("buses")
     @classmethod
