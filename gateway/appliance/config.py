@@ -86,7 +86,7 @@ def parse_config(
     try:
         return Config.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
-        raise ConfigError(source, format_errors(exc)) from None
+        raise ConfigError(source, format_errors(exc, Config)) from None
 
 
 def load_config(path: Path | None) -> Config:

@@ -121,7 +121,7 @@ def gateway_config(ports: Ports, tty: Path | None, bridge: bool = True) -> str:
             "[[bridge.devices]]",
             f'name = "meter-{unit}"',
             'bus = "plant"',
-            f"unit = {unit}",
+            f"unit_id = {unit}",
             "address_base = 0",
             "poll_interval = 1.0",
             'report = "poll"',
