@@ -10,6 +10,8 @@ from pathlib import Path
 
 from bridge.config import BridgeConfig, BusConfig
 from bridge.modbus import convert
+from bridge.modbus.bus import ModbusBus, TransactionError
+from bridge.modbus.frames import Request
 from bridge.modbus.plan import BIT_TABLES, READ_FUNCTION
 from gateway.base.settings import ConfigError
 
@@ -90,9 +92,6 @@ def format_plan(bridge: BridgeConfig) -> list[str]:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """Read once and print the registers decoded every way."""
-    from bridge.modbus.bus import ModbusBus, TransactionError
-    from bridge.modbus.frames import Request
-
     if args.serial:
         bus = BusConfig(name="probe", type="rtu", device=args.serial, baudrate=args.baudrate,
                         parity=args.parity, stopbits=args.stopbits, timeout=args.timeout,

@@ -78,7 +78,7 @@ def systemd_python() -> tuple[ModuleType, ModuleType] | None:
     The first call logs which implementation is used, once per process.
     """
     global _announced
-    try:
+    try:  # systemd-python is optional (the `systemd` extra): imported where it is tried
         from systemd import daemon as sd_daemon
         from systemd import journal as sd_journal
     except ImportError:
