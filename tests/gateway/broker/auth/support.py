@@ -34,7 +34,7 @@ import pytest
 from gateway.broker.codec import MQTT_3_1_1
 from tests.gateway.broker.e2e.helpers import TIMEOUT, RawClient, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 _LISTENING = re.compile(r"outpost: listening on (?:unix:(\S+)|(\S+):(\d+)(?: \((\w+)\))?)$")
 PREAMBLE = "[status]\nenabled = false\n[sys]\ninterval = 0.5\n"
 
