@@ -6,8 +6,8 @@ format, receive maximum, topic limits, `$SYS`); a protocol error closes, another
 answered per QoS; then the ACL hook decides write access. `accept` refuses what the durable
 store cannot take, builds the `Message` (seeding it with the raw bytes for QoS 0), routes it
 through the broker and answers PUBACK / PUBREC — gated on the store flush when the hooks are
-durable. The ack handlers move deliveries through the
-session window and report stored state changes to the hooks. Pure and synchronous.
+durable. The ack handlers move deliveries through the session window and report stored state
+changes to the hooks. Pure and synchronous.
 """
 
 from __future__ import annotations
@@ -49,16 +49,16 @@ def on_publish(broker: BrokerApi, conn: Connection, packet: Publish, now: float,
             conn.aliases_in[alias] = packet.topic
         raw = b""  # the alias is per connection: never forward these bytes
     assert topic is not None
-    if refusal is None and packet.qos == 2 and packet.packet_id in session.awaiting_release:
-        # A resend of a QoS 2 message not yet released: answered again, not delivered again.
-        conn.sink.write(encode(PubRec(packet.packet_id or 0), conn.version))
-        return
     if refusal is not None:
         if refusal.reason == ReasonCode.TOPIC_NAME_INVALID:
             broker.topic_refused(topic, conn.info, "PUBLISH")
         elif refusal.reason == ReasonCode.NOT_AUTHORIZED:
             broker.count_denied()
         refuse_publish(broker, conn, packet, refusal.reason)
+        return
+    if packet.qos == 2 and packet.packet_id in session.awaiting_release:
+        # A resend of a QoS 2 message not yet released: answered again, not delivered again.
+        conn.sink.write(encode(PubRec(packet.packet_id or 0), conn.version))
         return
     if not broker.hooks.check_acl(conn.info, topic, Access.WRITE):
         broker.count_denied()
