@@ -38,7 +38,7 @@ log = logging.getLogger("outpost")
 def install_event_loop_policy() -> str:
     """Use uvloop where it is installed; returns the loop implementation's name."""
     try:
-        import uvloop  # optional (not on Windows): imported where it is chosen
+        import uvloop  # noqa: PLC0415 (optional, not on Windows: imported where it is chosen)
     except ImportError:
         return "asyncio"
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
