@@ -13,20 +13,24 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from bridge.runtime import Bridge
+from bridge.uplink.hook import UplinkHook
+from bridge.uplink.outbox import MemoryOutbox
+from bridge.uplink.service import UplinkService
 from gateway.appliance.config import Config
 from gateway.appliance.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
 from gateway.appliance.status import StatusProvider
+from gateway.base.outbox import Outbox
 from gateway.base.settings import ConfigError
 from gateway.broker.contracts.hooks import BrokerHooks, HookChain
 from gateway.broker.engine.broker import Broker
-from gateway.broker.net.security_files import configure_read_checks, load_security
+from gateway.broker.net.security_files import load_security
 from gateway.broker.net.server import Server
 from storage.memory import MemoryStore
-
-if TYPE_CHECKING:
-    from bridge.uplink.service import UplinkService
+from storage.sqlite import SqliteStore
+from storage.sqlite.uplink_outbox import SqliteOutbox
 
 log = logging.getLogger("outpost")
 
@@ -34,7 +38,7 @@ log = logging.getLogger("outpost")
 def install_event_loop_policy() -> str:
     """Use uvloop where it is installed; returns the loop implementation's name."""
     try:
-        import uvloop
+        import uvloop  # noqa: PLC0415 (optional, not on Windows: imported where it is chosen)
     except ImportError:
         return "asyncio"
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
@@ -49,8 +53,6 @@ def build_hooks(config: Config, state_dir: Path | None) -> BrokerHooks:
     storage = config.storage
     directory = state_dir or storage.state_dir
     if storage.durability != "memory" and directory is not None:
-        from storage.sqlite import SqliteStore
-
         store = SqliteStore.from_config(storage, Path(directory), config.gateway_id)
         log.info("store %s (durability %s)", store.path, storage.durability)
         return store
@@ -66,13 +68,6 @@ def build_uplink(
     """The uplink's outbox hook chained after the store, and its service (None if disabled)."""
     if not config.uplink.enabled:
         return store, None
-    from bridge.uplink.hook import UplinkHook
-    from bridge.uplink.outbox import MemoryOutbox
-    from bridge.uplink.service import UplinkService
-    from gateway.base.outbox import Outbox
-    from storage.sqlite import SqliteStore
-    from storage.sqlite.uplink_outbox import SqliteOutbox
-
     # The outbox lives where the store does, so it commits with the publishes it records.
     outbox: Outbox = SqliteOutbox(store) if isinstance(store, SqliteStore) else MemoryOutbox()
     hook = UplinkHook(config.uplink, outbox)
@@ -107,7 +102,6 @@ async def serve(
     store_stats = getattr(store, "stats", None)
     if callable(store_stats):  # commit latency, batch sizes, bytes written
         broker.sys.sources["store"] = store_stats
-    configure_read_checks(broker)
     broker.restore(hooks.restore(), loop.time())
     server = Server(broker, security)
     stop_event = stop or asyncio.Event()
@@ -120,8 +114,6 @@ async def serve(
     addresses = await server.start(list(config.listeners))
     bridge = None
     if config.bridge.devices or config.bridge.serial:
-        from bridge.runtime import Bridge
-
         bridge = Bridge(config.bridge, broker)
         await bridge.start()
     if uplink is not None:

@@ -50,11 +50,11 @@ class StatusConfig(Section):
 
     @property
     def host(self) -> str:
-        return parse_host_port(self.bind)[0]
+        return parse_host_port(self.bind).host
 
     @property
     def port(self) -> int:
-        return parse_host_port(self.bind)[1]
+        return parse_host_port(self.bind).port
 
 
 class Config(BrokerConfig):
