@@ -1,7 +1,8 @@
 """PUBLISH from clients and the four QoS acknowledgements in both directions.
 
 How this works: `on_publish` resolves topic aliases, checks payload format, receive maximum and
-write access, refuses what the durable store cannot take, builds the `Message` (seeding it with
+write access, refuses what the durable store cannot take (and, from v5 publishers, retained
+messages over the retained limits), builds the `Message` (seeding it with
 the raw bytes for QoS 0), routes it through `Broker.publish` and answers PUBACK / PUBREC — gated
 on the store flush when the hooks are durable. The ack handlers move deliveries through the
 session window and report stored state changes to the hooks. Pure and synchronous.
@@ -69,17 +70,19 @@ def on_publish(broker: Broker, conn: Connection, packet: Publish, now: float, ra
                 refuse_publish(broker, conn, packet, ReasonCode.PAYLOAD_FORMAT_INVALID)
                 return
     qos = packet.qos
-    if qos == 2:
-        if packet.packet_id in session.awaiting_release:
-            conn.sink.write(encode(PubRec(packet.packet_id or 0), conn.version))
-            return
-        # Receive Maximum is a 5.0 promise; a 3.1.x client was never told of a limit
-        # (its packet ids bound the set at 65535).
-        if conn.is_v5 and len(session.awaiting_release) >= broker.limits.receive_maximum:
-            broker.protocol_error(
-                conn, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded"
-            )
-            return
+    if qos == 2 and packet.packet_id in session.awaiting_release:
+        conn.sink.write(encode(PubRec(packet.packet_id or 0), conn.version))
+        return
+    # Receive Maximum is a 5.0 promise; a 3.1.x client was never told of a limit (its packet
+    # ids bound the set at 65535). In flight: QoS 2 ids awaiting PUBREL and QoS 1 publishes
+    # whose PUBACK has not left the process yet (the client cannot have seen it).
+    if qos and conn.is_v5 and (
+        conn.incoming_inflight + len(session.awaiting_release) >= broker.limits.receive_maximum
+    ):
+        broker.protocol_error(conn, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
+        return
+    if qos == 1:
+        conn.incoming_inflight += 1
     if broker.topic_over_limits(topic, conn.info, "PUBLISH"):
         refuse_publish(broker, conn, packet, ReasonCode.TOPIC_NAME_INVALID)
         return
@@ -100,7 +103,14 @@ def on_publish(broker: Broker, conn: Connection, packet: Publish, now: float, ra
     elif qos and broker.gated_acks and not broker.hooks.accepting():
         store_full(broker, conn, packet)
         return
+    if qos and conn.is_v5 and packet.retain and not broker.retained.has_room(message):
+        # v5 can say "not accepted"; other publishers' messages are delivered, not retained.
+        broker.retained_full(message)
+        refuse_publish(broker, conn, packet, ReasonCode.QUOTA_EXCEEDED)
+        return
     broker.publish(message, now, conn.info)
+    if broker.dispatch.flow.congested:
+        broker.dispatch.flow.pause(conn, now)
     if not qos:
         return
     pid = packet.packet_id or 0
