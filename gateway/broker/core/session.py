@@ -89,9 +89,9 @@ class Connection:
     # incoming QoS 1 publishes whose PUBACK has not left the process yet (receive-maximum
     # enforcement; the I/O layer resets it when it hands the acknowledgements to the socket)
     incoming_inflight: int = 0
-    # flow control: the sessions whose queues this publisher waits for (reading is paused
-    # while any is left), and since when
-    paused_on: set[Session] = field(default_factory=set)
+    # flow control (gateway/broker/engine/flow_control.py): reading this client is paused
+    # until the queues it feeds drain, since `paused_since`
+    paused: bool = False
     paused_since: float = 0.0
     closed: bool = False
     info: ClientInfo | None = None
@@ -119,11 +119,10 @@ class Session:
     disconnected_at: float | None = None
     dropped: int = 0  # messages dropped by the queue overflow policy
     # flow control (gateway/broker/engine/flow_control.py): the queue passed the high-water
-    # mark and has not yet drained below the low-water mark; the publishers paused for it;
-    # `slow`: it kept publishers waiting too long, so it no longer pauses anyone until drained
+    # mark and has not yet drained below the low-water mark; `slow`: it kept publishers
+    # waiting too long, so it pauses nobody until drained
     congested: bool = False
     slow: bool = False
-    paused_publishers: set[Connection] = field(default_factory=set)
 
     @property
     def online(self) -> bool:

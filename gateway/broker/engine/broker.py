@@ -362,7 +362,7 @@ class Broker:
     def tick(self, now: float) -> None:
         """Flow-control stalls, keepalive and connect timeouts, delayed wills, session expiry,
         `$SYS`."""
-        self.dispatch.flow.check_stalls(self.connections, now)
+        self.dispatch.flow.check_stalls(now)
         timeout = self.limits.connect_timeout
         for conn in list(self.connections):
             if conn.closed:
@@ -377,7 +377,7 @@ class Broker:
                     conn.sink.close()
                     conn.closed = True
             elif conn.keep_alive and now - conn.last_seen > conn.keep_alive * 1.5 and (
-                    not conn.paused_on):  # a paused client's PINGREQ waits unread
+                    not conn.paused):  # a paused client's PINGREQ waits unread
                 self.protocol_error(conn, ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
         for client_id, pending in list(self.pending_wills.items()):
             if now >= pending.due:

@@ -33,7 +33,7 @@ log = logging.getLogger("outpost.broker")
 # half the queue limit when that is lower, so a burst that arrives in one read still fits.
 # The low-water mark, where they are resumed, is a quarter of it: enough queued to keep the
 # subscriber busy while the publishers' next packets arrive.
-HIGH_WATER_MESSAGES = 256
+HIGH_WATER_MESSAGES = 128
 HIGH_WATER_BYTES = 1024 * 1024
 # A session that keeps a publisher paused for longer than this is slow: it stops pausing.
 STALL_SECONDS = 1.0
@@ -48,7 +48,10 @@ class FlowControl:
         self.low_messages = self.high_messages // 4
         self.low_bytes = self.high_bytes // 4
         self.congested: list[Session] = []  # congested sessions the current route() fed
-        self.slow_sessions = 0  # times a session was found too slow to pause for ($SYS/status)
+        # Kept here, not on every connection and session: only the paused few pay for it.
+        self.waits_for: dict[Connection, set[Session]] = {}  # paused publisher -> sessions
+        self.paused_for: dict[Session, set[Connection]] = {}  # session -> paused publishers
+        self.slow_sessions = 0  # times a session was found too slow to pause for
 
     def queued(self, session: Session) -> None:
         """A delivery for an online `session` went to its queue: is it congested now?"""
@@ -66,21 +69,22 @@ class FlowControl:
     def pause(self, publisher: Connection, now: float) -> None:
         """`publisher` just fed the sessions in `congested`: pause it for those that drain."""
         sessions, self.congested = self.congested, []
-        was_paused = bool(publisher.paused_on)
         for session in sessions:
             subscriber = session.connection
-            if subscriber is None or subscriber is publisher or subscriber.paused_on:
+            if subscriber is None or subscriber is publisher or subscriber.paused:
                 continue  # cannot drain while its own client is unread
-            session.paused_publishers.add(publisher)
-            publisher.paused_on.add(session)
-        if publisher.paused_on and not was_paused:
-            publisher.paused_since = now
-            publisher.sink.pause_reading()
-            own = publisher.session
-            if own is not None and own.paused_publishers:
-                # Those publishers wait for this client's acknowledgements, which are unread
-                # now: let them go rather than wait for each other.
-                self.release(own)
+            self.paused_for.setdefault(session, set()).add(publisher)
+            self.waits_for.setdefault(publisher, set()).add(session)
+        if publisher.paused or publisher not in self.waits_for:
+            return
+        publisher.paused = True
+        publisher.paused_since = now
+        publisher.sink.pause_reading()
+        own = publisher.session
+        if own is not None and own in self.paused_for:
+            # Those publishers wait for this client's acknowledgements, which are unread now:
+            # let them go rather than wait for each other.
+            self.release(own)
 
     def drained(self, session: Session) -> None:
         """The session's queue shrank: below the low-water mark its publishers resume."""
@@ -94,36 +98,47 @@ class FlowControl:
 
     def release(self, session: Session) -> None:
         """Resume every publisher paused for `session` (unless others still hold it)."""
-        publishers = session.paused_publishers
-        session.paused_publishers = set()
-        for publisher in publishers:
-            publisher.paused_on.discard(session)
-            if not publisher.paused_on and not publisher.closed:
+        for publisher in self.paused_for.pop(session, ()):
+            waiting = self.waits_for.get(publisher)
+            if waiting is not None:
+                waiting.discard(session)
+                if waiting:
+                    continue
+                del self.waits_for[publisher]
+            publisher.paused = False
+            if not publisher.closed:
                 publisher.sink.resume_reading()
 
     def forget(self, conn: Connection) -> None:
         """`conn` is gone: it waits for nothing, and sessions stop counting on it."""
-        for session in conn.paused_on:
-            session.paused_publishers.discard(conn)
-        conn.paused_on.clear()
+        for session in self.waits_for.pop(conn, ()):
+            publishers = self.paused_for.get(session)
+            if publishers is not None:
+                publishers.discard(conn)
+                if not publishers:
+                    del self.paused_for[session]
+        conn.paused = False
         own = conn.session
         if own is not None and own.connection is conn:
             own.congested = own.slow = False
             self.release(own)
 
-    def check_stalls(self, connections: set[Connection], now: float) -> None:
+    def check_stalls(self, now: float) -> None:
         """Mark sessions slow that kept a publisher paused for longer than STALL_SECONDS."""
-        for conn in connections:
-            if not conn.paused_on or now - conn.paused_since < STALL_SECONDS:
-                continue
-            for session in list(conn.paused_on):
-                session.slow = True
-                session.congested = False
-                self.slow_sessions += 1
-                if worth_logging(self.slow_sessions, every=1000, first=10):
-                    log.warning(
-                        "client %s drains its queue too slowly (%d queued): publishers are no "
-                        "longer paused for it; its queue limit applies (%d slow so far)",
-                        session.client_id, len(session.outbound), self.slow_sessions,
-                    )
-                self.release(session)
+        stalled = {
+            session
+            for publisher, sessions in self.waits_for.items()
+            if now - publisher.paused_since >= STALL_SECONDS
+            for session in sessions
+        }
+        for session in stalled:
+            session.slow = True
+            session.congested = False
+            self.slow_sessions += 1
+            if worth_logging(self.slow_sessions, every=1000, first=10):
+                log.warning(
+                    "client %s drains its queue too slowly (%d queued): publishers are no "
+                    "longer paused for it; its queue limit applies (%d slow so far)",
+                    session.client_id, len(session.outbound), self.slow_sessions,
+                )
+            self.release(session)

@@ -162,7 +162,7 @@ class MQTTConnection(asyncio.Protocol):
                     packet = admitted
                 broker.handle(conn, packet, now, raw)
                 offset += used
-                if conn.paused_on:  # flow control: the rest waits for resume_reading()
+                if conn.paused:  # flow control: the rest waits for resume_reading()
                     if offset < end:
                         self.buffer += data[offset:]
                     return
