@@ -18,16 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench import wire
-from bench.compare import HOST, Broker, _wait_accepting, free_port
+from bench.compare import HOST, BrokerSetup
 
 TOPIC = "burst/t"
 # Default limits on both sides: nothing but a listener and no persistence.
@@ -35,33 +35,22 @@ MOSQUITTO_CONF = "listener {port} {host}\nallow_anonymous true\npersistence fals
 OUTPOST_CONF = '[storage]\ndurability = "memory"\n[status]\nenabled = false\n'
 
 
-def start_broker(name: str, workdir: Path, broker_cpu: int | None) -> Broker:
-    """A fresh broker with its default limits on a free port."""
-    port = free_port()
-    if name == "mosquitto":
-        conf = workdir / f"mosquitto-{port}.conf"
-        conf.write_text(MOSQUITTO_CONF.format(port=port, host=HOST))
-        command = ["/usr/sbin/mosquitto", "-c", str(conf)]
-    elif name == "outpost":
-        conf = workdir / f"outpost-{port}.toml"
-        conf.write_text(OUTPOST_CONF)
-        command = [sys.executable, "-m", "gateway", "run", "--listen", f"{HOST}:{port}",
-                   "--config", str(conf)]
-    else:
+@dataclass(frozen=True)
+class DefaultLimitsSetup(BrokerSetup):
+    """`bench.compare`'s broker start-up, with each broker's default limits."""
+
+    python: str = sys.executable
+
+    def command(self, name: str, port: int) -> list[str]:
+        conf = self.workdir / f"{name}-{port}.conf"
+        if name == "mosquitto":
+            conf.write_text(MOSQUITTO_CONF.format(port=port, host=HOST))
+            return [self.mosquitto, "-c", str(conf)]
+        if name == "outpost":
+            conf.write_text(OUTPOST_CONF)
+            return [self.python, "-m", "gateway", "run", "--listen", f"{HOST}:{port}",
+                    "--config", str(conf)]
         raise ValueError(f"unknown broker {name!r}")
-    if broker_cpu is not None:
-        command = ["taskset", "-c", str(broker_cpu), *command]
-    log = workdir / f"{name}-{port}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    broker = Broker(name, port, proc, log, command)
-    try:
-        _wait_accepting(broker)
-    except BaseException:
-        broker.stop()
-        raise
-    return broker
 
 
 def _client(port: int, client_id: str) -> socket.socket:
@@ -178,9 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cpu = None if args.broker_cpu == "none" else int(args.broker_cpu)
     with tempfile.TemporaryDirectory(prefix="bench-burst-") as tmp:
+        setup = DefaultLimitsSetup(Path(tmp), broker_cpu=cpu)
         for run in range(1, args.runs + 1):
             for name in args.brokers.split(","):
-                broker = start_broker(name, Path(tmp), cpu)
+                broker = setup.start(name)
                 try:
                     result = run_burst(broker.port, args.count, args.payload, args.idle)
                 finally:
