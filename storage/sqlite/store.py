@@ -73,6 +73,10 @@ log = logging.getLogger("outpost.storage")
 PAGE_SIZE = 1024
 WAL_AUTOCHECKPOINT = 4000  # pages (4 MiB) in the WAL before a commit checkpoints it
 BIG_BATCH = 2000  # events that start a commit without waiting for the interval
+# While events keep arriving, a commit may wait up to this long after the first request (see
+# `_gather`): at 1,000 msg/s that is ~50 messages per fsync instead of ~2 (flash wear).
+COMMIT_STRETCH_SECONDS = 0.05
+COMMIT_STRETCH_STEP = 0.005
 IDLE_COMMIT_SECONDS = 0.1  # events nobody flushes (acks from subscribers) are committed by then
 SPACE_CHECK_SECONDS = 1.0
 
@@ -368,15 +372,7 @@ class SqliteStore(BrokerHooks):
         loop = asyncio.get_running_loop()
         try:
             while self._waiter is not None:
-                delay = self._first_request + self.commit_interval - loop.time()
-                if delay > 0 and self._batch.ops < BIG_BATCH:
-                    wake = self._wake = loop.create_future()
-                    handle = loop.call_later(delay, _resolve, wake)
-                    try:
-                        await wake
-                    finally:
-                        handle.cancel()
-                        self._wake = None
+                await self._gather(loop)
                 waiter, self._waiter = self._waiter, None
                 batches = [*self._failed, self._batch]
                 self._batch = Batch()
@@ -404,6 +400,42 @@ class SqliteStore(BrokerHooks):
                     self._committing = None
         finally:
             self._task = None
+
+    async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait until the next commit should start: `commit_interval` after the first flush
+        that asked for it, then longer while work keeps arriving (flash: fewer, fuller commits).
+
+        A burst that is complete a quarter of the way into the interval (a publisher now
+        waiting for its PUBACKs) or a lone message commits after one interval, as before. If
+        events still arrived after that point, the commit waits in steps of COMMIT_STRETCH_STEP
+        while each step brings more, up to COMMIT_STRETCH_SECONDS after the first request: a
+        steady stream (1,000 msg/s from a windowed publisher) then shares one fsync between
+        tens of messages instead of two. BIG_BATCH events end the wait at once.
+        """
+        interval = self.commit_interval
+        if interval <= 0:
+            return
+        first = self._first_request
+        await self._sleep(loop, first + interval / 4 - loop.time())
+        seen = self._batch.ops
+        await self._sleep(loop, first + interval - loop.time())
+        while seen < self._batch.ops < BIG_BATCH and (
+            loop.time() - first < COMMIT_STRETCH_SECONDS
+        ):
+            seen = self._batch.ops
+            await self._sleep(loop, COMMIT_STRETCH_STEP)
+
+    async def _sleep(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
+        """Sleep up to `delay` seconds; BIG_BATCH events wake it early."""
+        if delay <= 0:
+            return
+        wake = self._wake = loop.create_future()
+        handle = loop.call_later(delay, _resolve, wake)
+        try:
+            await wake
+        finally:
+            handle.cancel()
+            self._wake = None
 
     # -- reads -----------------------------------------------------------------------------
 
