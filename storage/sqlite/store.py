@@ -152,6 +152,7 @@ class SqliteStore(BrokerHooks):
         self._waiter: asyncio.Future[None] | None = None  # the next commit
         self._committing: asyncio.Future[None] | None = None  # the running commit
         self._first_request = 0.0
+        self._streaming = False  # events arrived while the last commit ran (see _gather)
         self._wake: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._accepting = True
@@ -384,6 +385,8 @@ class SqliteStore(BrokerHooks):
                 self._committing = waiter
                 try:
                     await loop.run_in_executor(self.writer.executor, self.writer.commit, batches)
+                    if self._batch.ops:  # work arrived meanwhile: a stream
+                        self._streaming = True
                 except Exception as exc:
                     self._failed = [b for b in batches if b]
                     log.error("store commit failed (%s): kept for the next commit", exc)
@@ -402,28 +405,44 @@ class SqliteStore(BrokerHooks):
             self._task = None
 
     async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until the next commit should start: `commit_interval` after the first flush
-        that asked for it, then longer while work keeps arriving (flash: fewer, fuller commits).
+        """Wait until the next commit should start (group commit), by what the work looks like.
 
-        A burst that is complete a quarter of the way into the interval (a publisher now
-        waiting for its PUBACKs) or a lone message commits after one interval, as before. If
-        events still arrived after that point, the commit waits in steps of COMMIT_STRETCH_STEP
-        while each step brings more, up to COMMIT_STRETCH_SECONDS after the first request: a
-        steady stream (1,000 msg/s from a windowed publisher) then shares one fsync between
-        tens of messages instead of two. BIG_BATCH events end the wait at once.
+        A burst (nothing arrived while the previous commit ran: the publishers wait for their
+        PUBACKs, so every millisecond of waiting is theirs): the commit starts as soon as the
+        event loop has read the input that is already there, within one `commit_interval`.
+
+        A stream (events kept arriving during a commit, or a burst still growing after an
+        interval): the commit waits `commit_interval` after the first request, then in steps
+        of COMMIT_STRETCH_STEP as long as each step brings more events, up to
+        COMMIT_STRETCH_SECONDS, so a steady 1,000 msg/s shares one fsync between tens of
+        messages instead of two (flash wear). A first step that brings nothing means the
+        stream has ended: the next commit is treated as a burst again. BIG_BATCH events end
+        any wait at once.
         """
         interval = self.commit_interval
         if interval <= 0:
             return
         first = self._first_request
-        await self._sleep(loop, first + interval / 4 - loop.time())
-        seen = self._batch.ops
+        if not self._streaming:
+            seen = -1
+            while seen != self._batch.ops < BIG_BATCH:
+                if loop.time() - first >= interval:
+                    self._streaming = True  # still growing after a whole interval
+                    break
+                seen = self._batch.ops
+                await asyncio.sleep(0)  # one loop iteration: input already there is read
+            else:
+                return
         await self._sleep(loop, first + interval - loop.time())
-        while seen < self._batch.ops < BIG_BATCH and (
-            loop.time() - first < COMMIT_STRETCH_SECONDS
-        ):
+        steps = 0
+        while self._batch.ops < BIG_BATCH and loop.time() - first < COMMIT_STRETCH_SECONDS:
             seen = self._batch.ops
             await self._sleep(loop, COMMIT_STRETCH_STEP)
+            if self._batch.ops == seen:
+                if steps == 0:
+                    self._streaming = False
+                return
+            steps += 1
 
     async def _sleep(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
         """Sleep up to `delay` seconds; BIG_BATCH events wake it early."""
