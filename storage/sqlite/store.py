@@ -4,12 +4,13 @@ Theory of operation
 -------------------
 Events (`session_saved`, `qos_stored`, ...) run on the event loop and only record the change
 in the current `Batch` (see `storage.sqlite.writer`), so they cost a few dict operations.
-`flush()` is the only awaitable. It joins the *next* commit: the commit task waits until
-`commit_interval_ms` have passed since the first flush that asked for it (or until the batch
-holds `BIG_BATCH` events), takes the batch, and runs one transaction on the writer thread
-while the loop goes on; every flush that arrives meanwhile joins the commit after it (group
-commit). A commit that fails rolls back, the flushes waiting on it raise `StoreError`, and
-its batches are kept and written in front of the next commit.
+`flush()` is the only awaitable. It joins the *next* commit: the commit task waits (`_gather`:
+after a burst only until the input already there is read, for a stream `commit_interval_ms`
+and longer while work keeps arriving; never past `BIG_BATCH` events), takes the batch, and
+runs one transaction on the writer thread while the loop goes on; every flush that arrives
+meanwhile joins the commit after it (group commit). A commit that fails rolls back, the
+flushes waiting on it raise `StoreError`, and its batches are kept and written in front of
+the next commit.
 
 Identifiers: `store_seq` comes from one counter shared by every session (so it increases per
 client), `Message.store_id` from another, each continuing after the largest value on disk;
@@ -425,7 +426,7 @@ class SqliteStore(BrokerHooks):
         first = self._first_request
         if not self._streaming:
             seen = -1
-            while seen != self._batch.ops < BIG_BATCH:
+            while self._batch.ops != seen and self._batch.ops < BIG_BATCH:
                 if loop.time() - first >= interval:
                     self._streaming = True  # still growing after a whole interval
                     break
