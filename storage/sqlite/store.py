@@ -4,12 +4,13 @@ Theory of operation
 -------------------
 Events (`session_saved`, `qos_stored`, ...) run on the event loop and only record the change
 in the current `Batch` (see `storage.sqlite.writer`), so they cost a few dict operations.
-`flush()` is the only awaitable. It joins the *next* commit: the commit task waits until
-`commit_interval_ms` have passed since the first flush that asked for it (or until the batch
-holds `BIG_BATCH` events), takes the batch, and runs one transaction on the writer thread
-while the loop goes on; every flush that arrives meanwhile joins the commit after it (group
-commit). A commit that fails rolls back, the flushes waiting on it raise `StoreError`, and
-its batches are kept and written in front of the next commit.
+`flush()` is the only awaitable. It joins the *next* commit: the commit task waits (`_gather`:
+after a burst only until the input already there is read, for a stream `commit_interval_ms`
+and longer while work keeps arriving; never past `BIG_BATCH` events), takes the batch, and
+runs one transaction on the writer thread while the loop goes on; every flush that arrives
+meanwhile joins the commit after it (group commit). A commit that fails rolls back, the
+flushes waiting on it raise `StoreError`, and its batches are kept and written in front of
+the next commit.
 
 Identifiers: `store_seq` comes from one counter shared by every session (so it increases per
 client), `Message.store_id` from another, each continuing after the largest value on disk;
@@ -73,6 +74,10 @@ log = logging.getLogger("outpost.storage")
 PAGE_SIZE = 1024
 WAL_AUTOCHECKPOINT = 4000  # pages (4 MiB) in the WAL before a commit checkpoints it
 BIG_BATCH = 2000  # events that start a commit without waiting for the interval
+# While events keep arriving, a commit may wait up to this long after the first request (see
+# `_gather`): at 1,000 msg/s that is ~50 messages per fsync instead of ~2 (flash wear).
+COMMIT_STRETCH_SECONDS = 0.05
+COMMIT_STRETCH_STEP = 0.005
 IDLE_COMMIT_SECONDS = 0.1  # events nobody flushes (acks from subscribers) are committed by then
 SPACE_CHECK_SECONDS = 1.0
 
@@ -148,6 +153,7 @@ class SqliteStore(BrokerHooks):
         self._waiter: asyncio.Future[None] | None = None  # the next commit
         self._committing: asyncio.Future[None] | None = None  # the running commit
         self._first_request = 0.0
+        self._streaming = False  # events arrived while the last commit ran (see _gather)
         self._wake: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._accepting = True
@@ -368,15 +374,7 @@ class SqliteStore(BrokerHooks):
         loop = asyncio.get_running_loop()
         try:
             while self._waiter is not None:
-                delay = self._first_request + self.commit_interval - loop.time()
-                if delay > 0 and self._batch.ops < BIG_BATCH:
-                    wake = self._wake = loop.create_future()
-                    handle = loop.call_later(delay, _resolve, wake)
-                    try:
-                        await wake
-                    finally:
-                        handle.cancel()
-                        self._wake = None
+                await self._gather(loop)
                 waiter, self._waiter = self._waiter, None
                 batches = [*self._failed, self._batch]
                 self._batch = Batch()
@@ -388,6 +386,8 @@ class SqliteStore(BrokerHooks):
                 self._committing = waiter
                 try:
                     await loop.run_in_executor(self.writer.executor, self.writer.commit, batches)
+                    if self._batch.ops:  # work arrived meanwhile: a stream
+                        self._streaming = True
                 except Exception as exc:
                     self._failed = [b for b in batches if b]
                     log.error("store commit failed (%s): kept for the next commit", exc)
@@ -404,6 +404,58 @@ class SqliteStore(BrokerHooks):
                     self._committing = None
         finally:
             self._task = None
+
+    async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait until the next commit should start (group commit), by what the work looks like.
+
+        A burst (nothing arrived while the previous commit ran: the publishers wait for their
+        PUBACKs, so every millisecond of waiting is theirs): the commit starts as soon as the
+        event loop has read the input that is already there, within one `commit_interval`.
+
+        A stream (events kept arriving during a commit, or a burst still growing after an
+        interval): the commit waits `commit_interval` after the first request, then in steps
+        of COMMIT_STRETCH_STEP as long as each step brings more events, up to
+        COMMIT_STRETCH_SECONDS, so a steady 1,000 msg/s shares one fsync between tens of
+        messages instead of two (flash wear). A first step that brings nothing means the
+        stream has ended: the next commit is treated as a burst again. BIG_BATCH events end
+        any wait at once.
+        """
+        interval = self.commit_interval
+        if interval <= 0:
+            return
+        first = self._first_request
+        if not self._streaming:
+            seen = -1
+            while self._batch.ops != seen and self._batch.ops < BIG_BATCH:
+                if loop.time() - first >= interval:
+                    self._streaming = True  # still growing after a whole interval
+                    break
+                seen = self._batch.ops
+                await asyncio.sleep(0)  # one loop iteration: input already there is read
+            else:
+                return
+        await self._sleep(loop, first + interval - loop.time())
+        steps = 0
+        while self._batch.ops < BIG_BATCH and loop.time() - first < COMMIT_STRETCH_SECONDS:
+            seen = self._batch.ops
+            await self._sleep(loop, COMMIT_STRETCH_STEP)
+            if self._batch.ops == seen:
+                if steps == 0:
+                    self._streaming = False
+                return
+            steps += 1
+
+    async def _sleep(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
+        """Sleep up to `delay` seconds; BIG_BATCH events wake it early."""
+        if delay <= 0:
+            return
+        wake = self._wake = loop.create_future()
+        handle = loop.call_later(delay, _resolve, wake)
+        try:
+            await wake
+        finally:
+            handle.cancel()
+            self._wake = None
 
     # -- reads -----------------------------------------------------------------------------
 

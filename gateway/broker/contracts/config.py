@@ -233,6 +233,14 @@ class LimitsConfig(Section):
         default=4096, description="bytes of a topic name or filter"
     )
     max_topic_levels: Annotated[int, Field(ge=1, le=65535)] = 64
+    max_retained_messages: Annotated[int, Field(ge=0)] = Field(
+        default=100_000, description="retained messages kept (0: no limit); a new retained "
+        "topic over it is refused: v5 QoS 1/2 get 0x97, others are delivered but not retained"
+    )
+    max_retained_bytes: Annotated[int, Field(ge=0)] = Field(
+        default=64 * 1024 * 1024, description="bytes (topics + payloads) of retained "
+        "messages (0: no limit)"
+    )
     login_delay: Annotated[float, Field(ge=0)] = Field(
         default=0.5, description="seconds the next CONNECT from an address waits after a "
         "failed login; doubles per failure (0: off)"

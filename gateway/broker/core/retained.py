@@ -6,6 +6,10 @@ follows every child, `#` takes the whole subtree — so a subscription touches o
 messages it can match and a `#` subscriber gets all of them in one pass. Expired messages are
 skipped and removed as they are met. Filters starting with a wildcard skip `$` topics.
 
+Bounded: `count` and `bytes` (topic + payload) are kept up to date, and `has_room` tells the
+broker whether storing a message would take them past `max_messages` / `max_bytes` (replacing a
+topic's message only counts the difference; deleting always fits).
+
 Pure and synchronous: no I/O, no clock (callers pass `now`).
 """
 
@@ -26,9 +30,23 @@ class _Node:
 class RetainedStore:
     """The retained message of every topic that has one."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_messages: int = 0, max_bytes: int = 0) -> None:
         self._root = _Node()
         self.count = 0
+        self.bytes = 0
+        self.max_messages = max_messages  # 0: no limit
+        self.max_bytes = max_bytes  # 0: no limit
+
+    def has_room(self, message: Message) -> bool:
+        """Whether storing `message` keeps the store within its limits."""
+        if not message.payload or not (self.max_messages or self.max_bytes):
+            return True
+        existing = self.get(message.topic)
+        count = self.count + (existing is None)
+        size = self.bytes + message.size - (existing.size if existing is not None else 0)
+        return (not self.max_messages or count <= self.max_messages) and (
+            not self.max_bytes or size <= self.max_bytes
+        )
 
     def set(self, message: Message) -> bool:
         """Store `message` for its topic (an empty payload deletes). True if anything changed."""
@@ -43,6 +61,9 @@ class RetainedStore:
             node = child
         if node.message is None:
             self.count += 1
+        else:
+            self.bytes -= node.message.size
+        self.bytes += message.size
         node.message = message
         return True
 
@@ -65,6 +86,7 @@ class RetainedStore:
             path.append(child)
         if path[-1].message is None:
             return False
+        self.bytes -= path[-1].message.size
         path[-1].message = None
         self.count -= 1
         for depth in range(len(levels), 0, -1):

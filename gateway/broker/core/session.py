@@ -49,6 +49,12 @@ class Sink(Protocol):
     def backlog(self) -> int:
         """Bytes written but not yet accepted by the operating system."""
 
+    def pause_reading(self) -> None:
+        """Stop taking packets from the peer (flow control); later packets stay unread."""
+
+    def resume_reading(self) -> None:
+        """Take packets from the peer again, starting with any left unread."""
+
 
 class MessageReceiver(Protocol):
     """An in-process consumer: takes routed messages without any encoding."""
@@ -80,8 +86,13 @@ class Connection:
     # topic aliases
     aliases_in: dict[int, str] = field(default_factory=dict)
     aliases_out: dict[str, int] = field(default_factory=dict)
-    # incoming QoS 1/2 publishes not yet completed (receive-maximum enforcement)
+    # incoming QoS 1 publishes whose PUBACK has not left the process yet (receive-maximum
+    # enforcement; the I/O layer resets it when it hands the acknowledgements to the socket)
     incoming_inflight: int = 0
+    # flow control (gateway/broker/engine/flow_control.py): reading this client is paused
+    # until the queues it feeds drain, since `paused_since`
+    paused: bool = False
+    paused_since: float = 0.0
     closed: bool = False
     info: ClientInfo | None = None
     receiver: MessageReceiver | None = None  # in-process links get messages, not bytes
@@ -107,6 +118,11 @@ class Session:
     connection: Connection | None = None
     disconnected_at: float | None = None
     dropped: int = 0  # messages dropped by the queue overflow policy
+    # flow control (gateway/broker/engine/flow_control.py): the queue passed the high-water
+    # mark and has not yet drained below the low-water mark; `slow`: it kept publishers
+    # waiting too long, so it pauses nobody until drained
+    congested: bool = False
+    slow: bool = False
 
     @property
     def online(self) -> bool:

@@ -88,7 +88,8 @@ class Broker:
         self.sessions: dict[str, Session] = {}
         self.connections: set[Connection] = set()
         self.table = SubscriptionTable()
-        self.retained = RetainedStore()
+        self.retained = RetainedStore(self.limits.max_retained_messages,
+                                      self.limits.max_retained_bytes)
         self.dispatch = Dispatcher(self.sessions, self.table, self.hooks, self.limits)
         self.counters = self.dispatch.counters
         self.pending_wills: dict[str, _PendingWill] = {}
@@ -268,6 +269,7 @@ class Broker:
         """The transport is gone: publish or schedule the will, keep or end the session."""
         self.connections.discard(conn)
         conn.closed = True
+        self.dispatch.flow.forget(conn)
         session = conn.session
         if session is None or session.connection is not conn:
             return
@@ -349,8 +351,11 @@ class Broker:
     def publish(self, message: Message, now: float, origin: ClientInfo | None = None) -> int:
         """Accept a message from any producer (client, will, link, $SYS) and route it."""
         self.counters.received += 1
-        if message.retain and self.retained.set(message):
-            self.hooks.retained_changed(message.topic, message if message.payload else None)
+        if message.retain:
+            if origin is not None and not self.retained.has_room(message):
+                self.retained_full(message)
+            elif self.retained.set(message):
+                self.hooks.retained_changed(message.topic, message if message.payload else None)
         self.hooks.published(origin, message)
         return self.dispatch.route(message, now)
 
@@ -422,10 +427,25 @@ class Broker:
                 size, levels, limits.max_topic_length, limits.max_topic_levels, count,
             )
 
+    def retained_full(self, message: Message) -> None:
+        """Count and log a retained message the store has no room for (not retained)."""
+        self.counters.retained_refused += 1
+        count = self.counters.retained_refused
+        if worth_logging(count, every=1000):
+            log.warning(
+                "retained store full (%d messages, %d bytes; limits.max_retained_messages / "
+                "max_retained_bytes): not retaining %r from %s (%d refused so far)",
+                self.retained.count, self.retained.bytes, message.topic, message.origin, count,
+            )
+
+    # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------
+
     # -- periodic duties ---------------------------------------------------------------
 
     def tick(self, now: float) -> None:
-        """Keepalive and connect timeouts, delayed wills, session expiry, `$SYS`."""
+        """Flow-control stalls, keepalive and connect timeouts, delayed wills, session expiry,
+        `$SYS`."""
+        self.dispatch.flow.check_stalls(now)
         timeout = self.limits.connect_timeout
         for conn in list(self.connections):
             if conn.closed:
@@ -439,7 +459,8 @@ class Broker:
                                  "(limits.connect_timeout; %d so far)", conn.peer, timeout, count)
                     conn.sink.close()
                     conn.closed = True
-            elif conn.keep_alive and now - conn.last_seen > conn.keep_alive * 1.5:
+            elif conn.keep_alive and now - conn.last_seen > conn.keep_alive * 1.5 and (
+                    not conn.paused):  # a paused client's PINGREQ waits unread
                 self.protocol_error(conn, ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
         for client_id, pending in list(self.pending_wills.items()):
             if now >= pending.due:

@@ -67,5 +67,8 @@ class BrokerApi(Protocol):
     def count_store_full(self) -> None:
         """A QoS 1/2 PUBLISH refused because the durable store cannot take more."""
 
+    def retained_full(self, message: Message) -> None:
+        """Count and log a retained message the retained limits have no room for."""
+
     def count_subscription_limited(self, session: Session, topic_filter: str) -> None:
         """A filter refused because the session has limits.max_subscriptions_per_client."""

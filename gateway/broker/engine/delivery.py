@@ -5,8 +5,10 @@ folds overlapping subscriptions of one client into a single delivery (highest Qo
 subscription identifier, noLocal honoured per subscription), picks one member per shared group
 (online members first, round robin), checks read access, and hands each delivery to `deliver`.
 `deliver` writes at once when the session is online and its window and socket buffer allow,
-and queues otherwise, applying the overflow policy. `pump` refills the window and the socket
-from the queue when an acknowledgement arrives or the socket drains.
+and queues otherwise, applying the overflow policy; a queued delivery for an online client
+tells `FlowControl` (gateway/broker/engine/flow_control.py), which decides whether the publisher
+is paused. `pump` refills the window and the socket from the queue when an acknowledgement
+arrives or the socket drains, and tells `FlowControl` when the queue has drained.
 
 Every write of a PUBLISH goes through `send`, which picks the shared encoding for the shape,
 honours the client's maximum packet size and topic aliases, and counts the message.
@@ -29,6 +31,7 @@ from gateway.broker.core.log_sampling import worth_logging
 from gateway.broker.core.message import Message
 from gateway.broker.core.router import SharedGroup, SubOptions, SubscriptionTable
 from gateway.broker.core.session import Connection, Session
+from gateway.broker.engine.flow_control import FlowControl
 
 log = logging.getLogger("outpost.broker")
 
@@ -48,6 +51,7 @@ class Counters:
     too_large: int = 0
     denied: int = 0
     store_full: int = 0
+    retained_refused: int = 0  # retained messages over max_retained_messages / _bytes
     # access control and abuse limits (gateway/broker/contracts/auth.py,
     # gateway/broker/net/listeners.py)
     auth_failed: int = 0  # CONNECTs refused for bad credentials or anonymity
@@ -82,12 +86,15 @@ class Dispatcher:
         self.rejected = 0  # deliveries the last route() could not queue
         # READ access is checked per delivery only when some hook restricts reading.
         self.check_read = needs_read_check(hooks)
+        self.flow = FlowControl(limits)
 
     # -- routing -----------------------------------------------------------------------
 
     def route(self, message: Message, now: float) -> int:
         """Deliver `message` to every matching subscription; returns how many sessions."""
         targets, groups = self.table.match(message.topic)
+        if self.flow.congested:
+            self.flow.congested.clear()
         if not targets and not groups:
             self.rejected = 0
             return 0
@@ -162,7 +169,6 @@ class Dispatcher:
         retain: bool,
         subscription_ids: tuple[int, ...],
         now: float,
-        unbounded: bool = False,
     ) -> bool:
         """Send or queue one message for one session; False if the queue refused it."""
         delivery = Delivery(message, qos, retain, subscription_ids)
@@ -170,7 +176,7 @@ class Dispatcher:
         conn = session.connection
         if conn is not None and not conn.closed and not outbound.queue and not outbound.spilled:
             if qos == 0:
-                if unbounded or conn.sink.backlog() < HIGH_WATER:
+                if conn.sink.backlog() < HIGH_WATER:
                     self.send(conn, delivery, now)
                     return True
             elif len(outbound.inflight) < self.window(conn):
@@ -183,15 +189,13 @@ class Dispatcher:
         spills = qos > 0 and session.persistent and self.hooks.durable
         if qos > 0 and session.persistent:
             self.hooks.qos_stored(session.client_id, delivery)
-        if unbounded and not outbound.spilled:
-            outbound.queue.append(delivery)
-            outbound.queued_bytes += message.size
-            return True
         accepted = True
         loader = self._loader(session) if spills else None
         for dropped in outbound.enqueue(delivery, loader):
             accepted = accepted and dropped is not delivery
             self._dropped(session, dropped)
+        if conn is not None and not conn.closed and conn.receiver is None:
+            self.flow.queued(session)
         return accepted
 
     def _loader(self, session: Session) -> PageLoader:
@@ -215,6 +219,11 @@ class Dispatcher:
 
     def pump(self, session: Session, now: float) -> None:
         """Move queued deliveries to the connection while the window and socket allow."""
+        self._pump(session, now)
+        if session.congested or session.slow:
+            self.flow.drained(session)
+
+    def _pump(self, session: Session, now: float) -> None:
         conn = session.connection
         if conn is None or conn.closed:
             return

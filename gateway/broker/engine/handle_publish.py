@@ -4,10 +4,11 @@ How this works: `on_publish` resolves the topic alias and asks `publish_refusal`
 (gateway/broker/engine/refusals.py, pure) whether the packet is refused (properties, payload
 format, receive maximum, topic limits, `$SYS`); a protocol error closes, another refusal is
 answered per QoS; then the ACL hook decides write access. `accept` refuses what the durable
-store cannot take, builds the `Message` (seeding it with the raw bytes for QoS 0), routes it
-through the broker and answers PUBACK / PUBREC — gated on the store flush when the hooks are
-durable. The ack handlers move deliveries through the session window and report stored state
-changes to the hooks. Pure and synchronous.
+store cannot take (and, from v5 publishers, retained messages over the retained limits),
+builds the `Message` (seeding it with the raw bytes for QoS 0), routes it through the broker,
+pauses the publisher when flow control says so (engine/flow_control.py) and answers PUBACK /
+PUBREC — gated on the store flush when the hooks are durable. The ack handlers move deliveries
+through the session window and report stored state changes to the hooks. Pure and synchronous.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def on_publish(broker: BrokerApi, conn: Connection, packet: Publish, now: float,
     assert session is not None and conn.info is not None
     topic = publish_topic(packet, conn.aliases_in)
     refusal = publish_refusal(packet, topic, conn.is_v5, session.awaiting_release,
-                              broker.limits, conn.info.listener in INTERNAL_LISTENERS)
+                              conn.incoming_inflight, broker.limits,
+                              conn.info.listener in INTERNAL_LISTENERS)
     if refusal is not None and refusal.disconnect:
         broker.protocol_error(conn, refusal.reason, refusal.why)
         return
@@ -74,6 +76,8 @@ def accept(broker: BrokerApi, conn: Connection, packet: Publish, topic: str, now
     assert session is not None and conn.info is not None
     props = packet.properties
     qos = packet.qos
+    if qos == 1:  # in flight until its PUBACK leaves the process (receive maximum)
+        conn.incoming_inflight += 1
     if props is not NO_PROPERTIES and (props.topic_alias is not None):
         props = replace(props, topic_alias=None)
     expiry = props.message_expiry_interval
@@ -86,7 +90,14 @@ def accept(broker: BrokerApi, conn: Connection, packet: Publish, topic: str, now
     elif qos and broker.gated_acks and not broker.hooks.accepting():
         store_full(broker, conn, packet)
         return
+    if qos and conn.is_v5 and packet.retain and not broker.retained.has_room(message):
+        # v5 can say "not accepted"; other publishers' messages are delivered, not retained.
+        broker.retained_full(message)
+        refuse_publish(broker, conn, packet, ReasonCode.QUOTA_EXCEEDED)
+        return
     broker.publish(message, now, conn.info)
+    if broker.dispatch.flow.congested:
+        broker.dispatch.flow.pause(conn, now)
     if not qos:
         return
     pid = packet.packet_id or 0

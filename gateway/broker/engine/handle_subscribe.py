@@ -2,7 +2,9 @@
 
 How this works: each filter is checked against the ACL hook, added to the subscription table and
 the session, and answered in one SUBACK; retained messages then follow per retain handling
-(never for shared subscriptions). Pure and synchronous.
+(never for shared subscriptions), through the session's queue like any other delivery, so its
+queue limit and overflow policy bound what a slow subscriber makes the broker buffer. Pure and
+synchronous.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def send_retained(
         ):
             continue
         broker.dispatch.deliver(
-            session, message, min(granted, message.qos), True, sub_ids, now, unbounded=True
+            session, message, min(granted, message.qos), True, sub_ids, now
         )
 
 

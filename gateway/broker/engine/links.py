@@ -38,6 +38,12 @@ class _NullSink:
     def backlog(self) -> int:
         return 0
 
+    def pause_reading(self) -> None:
+        pass  # a link's publishes are function calls: nothing to pause
+
+    def resume_reading(self) -> None:
+        pass
+
 
 class Link:
     """An in-process MQTT client of the broker."""

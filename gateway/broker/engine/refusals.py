@@ -71,14 +71,16 @@ def publish_refusal(
     topic: str | None,
     v5: bool,
     awaiting_release: Collection[int],
+    incoming_inflight: int,
     limits: LimitsConfig,
     internal: bool,
 ) -> Refusal | None:
     """Why a PUBLISH is refused before access control, or None.
 
     `topic` is `publish_topic`'s answer; `awaiting_release` holds the publisher's QoS 2
-    packet ids not yet released. A QoS 2 resend of such an id is not
-    refused: it is answered again.
+    packet ids not yet released, `incoming_inflight` its QoS 1 publishes whose PUBACK has not
+    left the process yet. A QoS 2 resend of an id awaiting release is not refused: it is
+    answered again.
     """
     props = packet.properties
     if v5 and props is not NO_PROPERTIES:
@@ -93,13 +95,14 @@ def publish_refusal(
         if props.payload_format_indicator == 1 and not _is_utf8(packet.payload):
             return Refusal(ReasonCode.PAYLOAD_FORMAT_INVALID, "payload is not valid UTF-8")
     assert topic is not None  # an alias without a topic is a 5.0 property
-    if packet.qos == 2:
-        if packet.packet_id in awaiting_release:
-            return None
-        # Receive Maximum is a 5.0 promise; a 3.1.x client was never told of a limit
-        # (its packet ids bound the set at 65535).
-        if v5 and len(awaiting_release) >= limits.receive_maximum:
-            return Refusal(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded", True)
+    if packet.qos == 2 and packet.packet_id in awaiting_release:
+        return None
+    # Receive Maximum is a 5.0 promise; a 3.1.x client was never told of a limit (its packet
+    # ids bound the set at 65535). In flight: QoS 2 ids awaiting PUBREL and QoS 1 publishes
+    # whose PUBACK the client cannot have seen yet.
+    if (packet.qos and v5
+            and incoming_inflight + len(awaiting_release) >= limits.receive_maximum):
+        return Refusal(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded", True)
     if topic_over_limits(topic, limits, internal):
         return Refusal(ReasonCode.TOPIC_NAME_INVALID, "topic over limits.max_topic_length or "
                        "limits.max_topic_levels")

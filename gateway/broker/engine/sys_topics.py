@@ -85,6 +85,7 @@ class SysPublisher:
             "clients/disconnected": str(len(broker.sessions) - broker.clients_connected),
             "subscriptions/count": str(broker.table.count),
             "retained messages/count": str(broker.retained.count),
+            "retained messages/refused": str(counters.retained_refused),
             "messages/dropped": str(counters.dropped),
             "messages/expired": str(counters.expired),
             "messages/denied": str(counters.denied),

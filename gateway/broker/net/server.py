@@ -11,9 +11,21 @@ PUBREC for a stored message) holds that connection's output, from that point on,
 `hooks.flush()` that started after the write has completed. One flush serves every connection
 that was waiting (group commit), and each connection's output stays in order.
 
-Back-pressure: when a transport's buffer passes the high-water mark asyncio calls
-`pause_writing`; the broker then queues that client's messages in its bounded session queue.
-`resume_writing` pumps the queue again.
+Back-pressure towards a subscriber: when a transport's buffer passes the high-water mark asyncio
+calls `pause_writing`; the broker then queues that client's messages in its bounded session
+queue. `resume_writing` pumps the queue again.
+
+Back-pressure towards a publisher (gateway/broker/engine/flow_control.py): when the core calls
+`pause_reading` (the queues this client's messages go into are full), the read loop stops after
+the packet at hand, keeps the rest of the bytes in `buffer` and pauses the transport, so TCP
+pushes back on the client. `resume_reading` continues with the kept bytes on the next loop
+iteration (never inside another connection's packet handling).
+
+Closing: after the last bytes (a DISCONNECT with its reason code, say) our side of a TCP
+connection is shut down with `write_eof`, and whatever the client still sends is read and
+discarded until it closes or `LINGER_SECONDS` pass (lingering close). Closing a socket with
+unread input makes the kernel send a reset, and a client still writing would then see a broken
+pipe instead of the reason code. TLS and WebSocket transports cannot half-close: they close.
 
 Listeners and admission (gateway/broker/net/listeners.py): `start` binds every configured listener
 (tcp, tls, ws, wss, unix) through `listeners.start_listener`; each ends in an `MQTTConnection`.
@@ -47,6 +59,8 @@ FLUSH_BYTES = 64 * 1024
 # libuv may hand a busy socket's data over in many reads per iteration; after this many bytes
 # reading pauses until the next iteration so output, timers and other clients get their turn.
 READ_BURST = 256 * 1024
+# How long a closed connection keeps reading (and discarding) until the client closes too.
+LINGER_SECONDS = 2.0
 _UNSUPPORTED_VERSION_CONNACK = b"\x20\x02\x00\x01"  # 3.1.1 CONNACK, return code 1
 
 
@@ -70,6 +84,9 @@ class MQTTConnection(listeners.ClientConnection):
         self.in_commit: list[bytes] | None = None
         self.closing = False
         self.paused = False
+        self.throttled = False  # flow control: the broker paused reading this client
+        self.linger: asyncio.TimerHandle | None = None
+        self.forgotten = False  # connection_lost reported to the broker
         self.read_bytes = 0
         self.conn: Connection
 
@@ -109,7 +126,7 @@ class MQTTConnection(listeners.ClientConnection):
         server.broker.count_bytes_received(len(data))
         if self.closing:
             return
-        if self.parked:
+        if self.parked or self.throttled:
             self.buffer += data
             return
         self.read_bytes += len(data)
@@ -145,6 +162,10 @@ class MQTTConnection(listeners.ClientConnection):
                     packet = admitted
                 broker.handle(conn, packet, now, raw)
                 offset += used
+                if conn.paused:  # flow control: the rest waits for resume_reading()
+                    if offset < end:
+                        self.buffer += data[offset:]
+                    return
         except UnsupportedProtocolVersion as exc:
             log.info("%s: %s", conn.peer, exc.reason)
             self.write(_UNSUPPORTED_VERSION_CONNACK)
@@ -175,14 +196,25 @@ class MQTTConnection(listeners.ClientConnection):
             self.data_received(b"")
 
     def _resume_reading(self) -> None:
+        if self.throttled or self.parked:
+            return
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        if self.linger is not None:
+            self.linger.cancel()
+            self.linger = None
+        self._forget()
+
+    def _forget(self) -> None:
+        """The client is gone for the broker and admission (once; a lingering socket may
+        still be open)."""
         self.server.connections.discard(self)
-        if self.refused:
+        if self.refused or self.forgotten:
             return
+        self.forgotten = True
         if self.source is not None:
             self.server.admission.release(self.source, self.before_connect)
             self.before_connect = False
@@ -217,6 +249,29 @@ class MQTTConnection(listeners.ClientConnection):
         elif len(self.out) == 1:
             self.server.mark_dirty(self)
 
+    def pause_reading(self) -> None:
+        """Flow control: read no further packets until `resume_reading`."""
+        if self.throttled or self.closing:
+            return
+        self.throttled = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Flow control: read again, starting on the next iteration with the kept bytes."""
+        if not self.throttled:
+            return
+        self.throttled = False
+        self.server.loop.call_soon(self._continue_reading)
+
+    def _continue_reading(self) -> None:
+        if self.throttled or self.parked or self.closing:
+            return
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+        if self.buffer and not self.conn.closed:
+            self.data_received(b"")
+
     def close(self) -> None:
         """Close once everything already written has been flushed."""
         if self.closing:
@@ -225,8 +280,29 @@ class MQTTConnection(listeners.ClientConnection):
         if self.held or self.in_commit is not None:
             return  # closed by release() once the commit completes
         self.flush()
-        if self.transport is not None:
-            self.transport.close()
+        self._shut_down()
+
+    def _shut_down(self) -> None:
+        """Lingering close: send EOF after the output, then discard input until the peer
+        closes or LINGER_SECONDS pass (see the module docstring)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        try:
+            half_close = transport.can_write_eof()
+        except NotImplementedError:  # a WebSocket transport
+            half_close = False
+        if not half_close:
+            transport.close()
+            return
+        transport.write_eof()
+        self.buffer.clear()
+        self.throttled = self.parked = False
+        transport.resume_reading()
+        self.linger = self.server.loop.call_later(LINGER_SECONDS, transport.abort)
+        # The client's slot (max_connections, per-address counts) is free now, not after the
+        # linger; soon rather than at once, as the broker may be in the middle of a packet.
+        self.server.loop.call_soon(self._forget)
 
     def backlog(self) -> int:
         # Only a paused transport (buffer above HIGH_WATER) makes the broker queue, because
@@ -247,6 +323,7 @@ class MQTTConnection(listeners.ClientConnection):
         data = self.out[0] if len(self.out) == 1 else b"".join(self.out)
         self.out.clear()
         self.out_bytes = 0
+        self.conn.incoming_inflight = 0  # every PUBACK written so far is on its way
         self.server.broker.count_bytes_sent(len(data))
         self.transport.write(data)
 
@@ -268,8 +345,8 @@ class MQTTConnection(listeners.ClientConnection):
             self.out.append(data)
             self.out_bytes += len(data)
         self.flush()
-        if self.closing and not self.held and self.transport is not None:
-            self.transport.close()
+        if self.closing and not self.held:
+            self._shut_down()
 
 
 class Server:

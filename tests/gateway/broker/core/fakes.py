@@ -22,6 +22,7 @@ class FakeSink:
         self.closed = False
         self.version = version
         self.pending = 0
+        self.reading = True  # False while the broker pauses this client (flow control)
         self.on_close: Callable[[], None] | None = None
 
     def write(self, data: bytes, gated: bool = False) -> None:
@@ -38,6 +39,12 @@ class FakeSink:
 
     def backlog(self) -> int:
         return self.pending
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
 
     def packets(self) -> list[Packet]:
         """Decode and consume everything written so far."""

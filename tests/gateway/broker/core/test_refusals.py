@@ -100,7 +100,27 @@ ALIASES = {1: "known/topic"}
 def test_publish_refusal(packet: Publish, v5: bool, awaiting: set[int], internal: bool,
                          expected: tuple[int, bool] | None) -> None:
     topic = publish_topic(packet, ALIASES)
-    refusal = publish_refusal(packet, topic, v5, awaiting, LIMITS, internal)
+    refusal = publish_refusal(packet, topic, v5, awaiting, 0, LIMITS, internal)
+    assert (None if refusal is None else (refusal.reason, refusal.disconnect)) == expected
+
+
+@pytest.mark.parametrize(
+    ("qos", "inflight", "awaiting", "expected"),
+    [
+        pytest.param(1, 2, set(), (ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, True),
+                     id="QoS 1 past receive maximum"),
+        pytest.param(1, 1, {7}, (ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, True),
+                     id="QoS 1 and QoS 2 in flight count together"),
+        pytest.param(2, 2, set(), (ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, True),
+                     id="QoS 2 behind QoS 1 in flight"),
+        pytest.param(1, 1, set(), None, id="QoS 1 within receive maximum"),
+        pytest.param(0, 5, {7, 8}, None, id="QoS 0 is never in flight"),
+    ],
+)
+def test_receive_maximum_counts_qos1_in_flight(qos: int, inflight: int, awaiting: set[int],
+                                               expected: tuple[int, bool] | None) -> None:
+    packet = Publish("t", qos=qos, packet_id=1 if qos else None)
+    refusal = publish_refusal(packet, "t", True, awaiting, inflight, LIMITS, False)
     assert (None if refusal is None else (refusal.reason, refusal.disconnect)) == expected
 
 

@@ -18,6 +18,7 @@ TOPICS = sorted(
     [f"$SYS/broker/{name}" for name in (
         "version", "uptime", "clients/connected", "clients/maximum", "clients/total",
         "clients/disconnected", "subscriptions/count", "retained messages/count",
+        "retained messages/refused",
         "messages/dropped", "messages/expired", "messages/denied", *COUNTERS)]
     + [f"$SYS/broker/{name}/per second" for name in COUNTERS]
 )

@@ -3,18 +3,21 @@
 - Towards a client: never more unacknowledged QoS 1/2 PUBLISH than the client's receive
   maximum (or our `max_inflight`, whichever is smaller); a message larger than the client's
   maximum packet size is not sent to it, others still get it.
-- From a client: more unreleased QoS 2 than our receive maximum is DISCONNECT 0x93; a packet
-  above our maximum packet size is DISCONNECT 0x95.
+- From a client: more QoS 1 and 2 publishes in flight than our receive maximum is DISCONNECT
+  0x93; a packet above our maximum packet size is DISCONNECT 0x95, readable by a client that is
+  still writing (lingering close).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from gateway.broker.codec import (
     MQTT_5,
+    Disconnect,
     PubAck,
     PubComp,
     Publish,
@@ -23,7 +26,14 @@ from gateway.broker.codec import (
     ReasonCode,
     encode,
 )
-from tests.gateway.broker.e2e.v5_helpers import PacketTypes, PahoV5, connected, paho_props
+from gateway.broker.codec.wire import enc_varint
+from tests.gateway.broker.e2e.v5_helpers import (
+    TIMEOUT,
+    PacketTypes,
+    PahoV5,
+    connected,
+    paho_props,
+)
 from tests.support.broker_proc import BrokerProcess, start_broker
 
 FLOW = """
@@ -220,3 +230,45 @@ def test_packet_of_exactly_our_maximum_is_accepted(flow: BrokerProcess) -> None:
         assert len(data) == 2048
         client.send_raw(data)
         assert client.expect(PubAck).packet_id == 5
+
+
+def test_qos1_over_our_receive_maximum_gets_0x93(flow: BrokerProcess) -> None:
+    with connected(flow, "v5f-q1-exceed") as client, \
+            connected(flow, "v5f-q1-exceed-by") as bystander:
+        bystander.subscribe("v5f/q1exceed", qos=0)
+        # Three QoS 1 PUBLISH in one write: the third arrives before the broker has sent the
+        # first two PUBACKs, so the client has three in flight against a receive maximum of 2.
+        client.send_raw(b"".join(
+            encode(Publish("v5f/q1exceed", b"%d" % pid, 1, packet_id=pid), MQTT_5)
+            for pid in (1, 2, 3)
+        ))
+        packets = client.wait_closed()
+        assert [p for p in packets if isinstance(p, PubAck)] == [PubAck(1), PubAck(2)]
+        last = packets[-1]
+        assert isinstance(last, Disconnect)
+        assert last.reason_code == ReasonCode.RECEIVE_MAXIMUM_EXCEEDED
+        payloads = [p.payload for p in bystander.sync() if isinstance(p, Publish)]
+        assert payloads == [b"1", b"2"]
+
+
+def test_client_still_writing_sees_the_disconnect_reason(flow: BrokerProcess) -> None:
+    """Lingering close: the broker reads and discards until the client closes, so a client
+    still sending an oversized packet finishes its writes and then reads 0x95."""
+    with connected(flow, "v5f-linger") as client:
+        body = b"\x00\x0bv5f/lingerz" + b"x" * (1024 * 1024)
+        client.send_raw(b"\x30" + enc_varint(len(body)))
+        errors: list[OSError] = []
+
+        def write_rest() -> None:
+            try:
+                for offset in range(0, len(body), 65536):
+                    client.sock.sendall(body[offset:offset + 65536])
+            except OSError as exc:
+                errors.append(exc)
+
+        writer = threading.Thread(target=write_rest)
+        writer.start()
+        writer.join(TIMEOUT)
+        assert not writer.is_alive()
+        assert errors == []  # no EPIPE / ECONNRESET while writing
+        client.expect_disconnect(ReasonCode.PACKET_TOO_LARGE)
