@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.bridge.uplink.test_uplink_e2e import (
     Recorder,
     props,
@@ -51,6 +53,8 @@ def test_forwarding_over_tls_with_a_client_certificate(
             recorder.stop()
 
 
+# Two broker restarts, a gateway start and a paced drain: minutes on a loaded machine.
+@pytest.mark.timeout(400)
 def test_drain_after_an_outage_respects_the_rate_limit(
     broker_factory: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:
