@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import paho.mqtt.client as mqtt
+import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -199,6 +200,7 @@ def test_inbound_commands_arrive_locally_and_are_not_echoed(
         echo.stop()
 
 
+@pytest.mark.timeout(400)  # a cloud restart and a drain: minutes on a loaded machine
 def test_overflow_drops_oldest_and_counts(
     cloud: Mosquitto, broker_factory: Callable[..., BrokerProcess]
 ) -> None:
