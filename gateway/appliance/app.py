@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.appliance.config import Config
 from gateway.appliance.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
@@ -26,7 +26,10 @@ from gateway.broker.net.server import Server
 from storage.memory import MemoryStore
 
 if TYPE_CHECKING:
+    from bridge.config import BridgeConfig
+    from bridge.runtime import Bridge
     from bridge.uplink.service import UplinkService
+    from gateway.appliance.reload import Reloader
 
 log = logging.getLogger("outpost")
 
@@ -119,10 +122,12 @@ async def serve(
         daemon.install_signals()  # SIGHUP: reload
     addresses = await server.start(list(config.listeners))
     bridge = None
+    interop: list[Interop] = []
     if config.bridge.devices or config.bridge.serial:
         from bridge.runtime import Bridge
 
         bridge = Bridge(config.bridge, broker)
+        interop = start_interop(config, bridge, broker, daemon.reloader)
         await bridge.start()
     if uplink is not None:
         await uplink.start(broker)
@@ -143,9 +148,42 @@ async def serve(
     async with daemon.shutdown():  # STOPPING=1, and all of this within stop_timeout
         if bridge is not None:
             await bridge.stop()  # statuses go offline while clients are still connected
+        for extra in interop:  # after the bridge: the Sparkplug DDEATHs before the NDEATH
+            await extra.stop()
         if uplink is not None:
             await uplink.stop()
         await server.stop()
+
+
+class Interop(Protocol):
+    """A part that speaks for the bridge in another ecosystem's terms."""
+
+    def reload(self, bridge: BridgeConfig) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def start_interop(config: Config, bridge: Bridge, broker: Broker,
+                  reloader: Reloader) -> list[Interop]:
+    """The Sparkplug edge node and Home Assistant discovery, when enabled (call before the
+    bridge starts: they see every status it publishes)."""
+    parts: list[Interop] = []
+    if config.sparkplug.enabled:
+        from bridge.sparkplug.service import SparkplugService
+
+        sparkplug = SparkplugService(config.sparkplug, config.gateway_id, bridge)
+        sparkplug.start()
+        parts.append(sparkplug)
+    if config.homeassistant.enabled:
+        from bridge.homeassistant.discovery import HomeAssistantDiscovery
+
+        discovery = HomeAssistantDiscovery(config.homeassistant, config.gateway_id, broker)
+        discovery.start(config.bridge)
+        parts.append(discovery)
+    for part in parts:
+        reloader.register(type(part).__name__, _section_reloader(part.reload, "bridge"),
+                          sections=("bridge",))
+    return parts
 
 
 def _section_reloader(reload_part: Callable[[Any], None], section: str) -> Callable[[Config], None]:

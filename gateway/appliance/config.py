@@ -1,4 +1,5 @@
-"""The whole configuration file: the broker's sections plus storage, status, bridge and uplink.
+"""The whole configuration file: the broker's sections plus storage, status, bridge, uplink,
+sparkplug and homeassistant.
 
 `load_config` returns a `Config` or raises `ConfigError` listing every problem with its key path.
 Each package owns its section's model; this module only aggregates them.
@@ -13,6 +14,8 @@ from typing import Annotated
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from bridge.config import BridgeConfig
+from bridge.homeassistant.config import HomeAssistantConfig
+from bridge.sparkplug.config import SparkplugConfig
 from bridge.uplink.config import UplinkConfig
 from gateway.base.hostport import parse_host_port
 from gateway.base.settings import ConfigError, Section, format_errors
@@ -64,6 +67,21 @@ class Config(BrokerConfig):
     status: StatusConfig = StatusConfig()
     bridge: BridgeConfig = BridgeConfig()
     uplink: UplinkConfig = UplinkConfig()
+    sparkplug: SparkplugConfig = SparkplugConfig()
+    homeassistant: HomeAssistantConfig = HomeAssistantConfig()
+
+    @field_validator("homeassistant")
+    @classmethod
+    def _known_devices(cls, value: HomeAssistantConfig, info: ValidationInfo,
+                       ) -> HomeAssistantConfig:
+        bridge = info.data.get("bridge")
+        if bridge is not None:
+            names = {d.name for d in bridge.devices} | {s.name for s in bridge.serial}
+            for index, device in enumerate(value.devices):
+                if device.name not in names:
+                    raise ValueError(f"devices.{index}.name: {device.name!r} is not a bridged "
+                                     f"device (have {sorted(names)})")
+        return value
 
     @field_validator("uplink")
     @classmethod

@@ -1,0 +1,252 @@
+"""pymodbus simulator -> `outpost run` (bridge + Sparkplug edge node) -> mosquitto -> a host
+application decoding with the same generated protobuf code.
+
+Births complete and in order, seq continuity, rebirth, DCMD writes, NDEATH after SIGKILL,
+DDEATH / DBIRTH around a device outage, data held across the primary host's STATE offline /
+online, and every kind of bad command refused with a WARNING and nothing written.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.bridge.simulator import Simulator
+from tests.bridge.sparkplug.host import (
+    Seen,
+    SparkplugHost,
+    metric_command,
+    rebirth_request,
+)
+from tests.bridge.support import SimulatorProcess
+from tests.conftest import require
+from tests.gateway.broker.e2e.helpers import PahoClient, wait_for
+from tests.support.broker_proc import BrokerProcess
+from tests.support.mosquitto import Mosquitto, free_port, start_mosquitto
+
+logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
+BOOLEAN, UINT16, INT64, STRING, DOUBLE = 11, 6, 4, 12, 10
+
+
+def gateway_config(mosquitto: Mosquitto, modbus_port: int, extra: str = "") -> str:
+    return f"""
+gateway_id = "gw1"
+
+[sparkplug]
+enabled = true
+group_id = "plant"
+addresses = ["127.0.0.1:{mosquitto.port}"]
+backoff_initial = 0.2
+{extra}
+
+[bridge]
+diagnostics_interval = 0
+
+[[bridge.buses]]
+name = "line"
+type = "tcp"
+host = "127.0.0.1"
+port = {modbus_port}
+timeout = 0.5
+
+[[bridge.devices]]
+name = "plc"
+bus = "line"
+unit = 1
+address_base = 0
+poll_interval = 0.1
+offline_after = 2
+backoff_initial = 0.2
+backoff_max = 0.5
+points = [
+  {{ name = "level", address = 0, unit = "cm" }},
+  {{ name = "setpoint", address = 1, writable = true }},
+  {{ name = "temp", table = "input", address = 3, type = "int16", scale = 0.1, unit = "degC" }},
+  {{ name = "pump", table = "coil", address = 5, writable = true }},
+]
+"""
+
+
+@pytest.fixture
+def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
+    require("mosquitto")
+    with start_mosquitto(tmp_path / "mosquitto") as broker:
+        yield broker
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    simulator = Simulator([1], "tcp", size=20)
+    simulator.start()
+    yield simulator
+    simulator.stop()
+
+
+@pytest.fixture
+def host(mosquitto: Mosquitto) -> Iterator[SparkplugHost]:
+    with SparkplugHost(mosquitto) as client:
+        yield client
+
+
+def check_seq(seen: list[Seen]) -> None:
+    """seq 0 at every NBIRTH, +1 (mod 256) on every other message of the node but NDEATH."""
+    expected = None
+    for message in seen:
+        if message.kind == "NDEATH":
+            assert not message.payload.HasField("seq")
+            continue
+        if message.kind == "NBIRTH":
+            assert message.payload.seq == 0
+        else:
+            assert message.payload.seq == expected, (message.kind, message.payload.seq)
+        expected = (message.payload.seq + 1) % 256
+
+
+def test_births_data_rebirth_and_seq(
+    mosquitto: Mosquitto, sim: Simulator, host: SparkplugHost,
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    broker_factory(gateway_config(mosquitto, sim.port))
+    dbirth = host.wait_count("DBIRTH", 1, "plc")[0]
+    seen = host.seen()
+    assert [s.kind for s in seen[:2]] == ["NBIRTH", "DBIRTH"]
+    assert seen[0].topic == "spBv1.0/plant/NBIRTH/gw1"
+    assert dbirth.topic == "spBv1.0/plant/DBIRTH/gw1/plc"
+    node_metrics = {m.name: m for m in seen[0].payload.metrics}
+    assert node_metrics["bdSeq"].datatype == INT64
+    assert node_metrics["Node Control/Rebirth"].boolean_value is False
+    metrics = {m.name: m for m in dbirth.payload.metrics}
+    assert set(metrics) == {"level", "setpoint", "temp", "pump"}
+    assert len({m.alias for m in metrics.values()}) == 4
+    assert metrics["level"].datatype == UINT16
+    assert metrics["temp"].datatype == DOUBLE
+    assert metrics["pump"].datatype == BOOLEAN
+    units = {name: dict(zip(m.properties.keys, m.properties.values, strict=True))
+             for name, m in metrics.items()}
+    assert units["level"]["engUnit"].string_value == "cm"
+    assert units["temp"]["engUnit"].string_value == "degC"
+    assert "engUnit" not in units["pump"]
+
+    sim.set_registers(1, "holding", 0, [4321])
+    sim.set_registers(1, "input", 3, [0xFF9C])  # -10.0 degC
+    assert host.wait_value("plc", "level", lambda v: v == 4321)[2] is False
+    host.wait_value("plc", "temp", lambda v: v == pytest.approx(-10.0))
+
+    host.command("plant", "gw1", None, rebirth_request())
+    host.wait_count("NBIRTH", 2)
+    host.wait_count("DBIRTH", 2, "plc")
+    sim.set_registers(1, "holding", 0, [4322])
+    host.wait_value("plc", "level", lambda v: v == 4322)
+    check_seq(host.seen())
+    births = host.of("NBIRTH")
+    assert births[0].payload.metrics[0].long_value == births[1].payload.metrics[0].long_value
+
+
+def test_dcmd_writes_and_bad_commands_are_refused(
+    mosquitto: Mosquitto, sim: Simulator, host: SparkplugHost,
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    gateway = broker_factory(gateway_config(mosquitto, sim.port))
+    host.wait_count("DBIRTH", 1, "plc")
+    before = sim.registers(1, "holding")[:6]
+
+    host.command("plant", "gw1", "plc", metric_command("level", UINT16, int_value=7))
+    host.command("plant", "gw1", "plc", metric_command("nosuch", UINT16, int_value=7))
+    host.command("plant", "gw1", "plc", metric_command("setpoint", STRING, string_value="7"))
+    host.command("plant", "gw1", "plc", metric_command("setpoint", UINT16, string_value="7"))
+    host.command("plant", "gw1", "plc", metric_command("setpoint", UINT16, int_value=70000))
+    host.command("plant", "gw1", None, metric_command("Node Control/Reboot", BOOLEAN,
+                                                      boolean_value=True))
+    host.command("plant", "gw1", "plc", b"\xff\xff\xff not protobuf")
+    host.command("plant", "gw1", None, b"\x0a\x05garbage")
+    host.command("plant", "gw1", "plc", metric_command("setpoint", UINT16, int_value=4242))
+    wait_for(lambda: sim.registers(1, "holding")[1] == 4242, 15,
+             message="the DCMD did not reach the simulator")
+    host.command("plant", "gw1", "plc", metric_command("pump", BOOLEAN, boolean_value=True))
+    wait_for(lambda: sim.get_bit(1, "coil", 5), 15, message="the coil was not written")
+
+    log = gateway.log()
+    for reason in ("'level' is read-only", "unknown metric 'nosuch'",
+                   "'setpoint': wrong datatype 12", "wrong datatype: the value is in "
+                   "string_value", "70000 does not fit", "unknown control 'Node Control/Reboot'",
+                   "malformed payload"):
+        assert any("WARNING" in line and reason in line for line in log.splitlines()), reason
+    assert sim.registers(1, "holding")[0] == before[0]
+    assert sim.registers(1, "holding")[2:6] == before[2:6]
+    assert gateway.process.poll() is None
+
+
+def test_ndeath_after_sigkill(
+    mosquitto: Mosquitto, sim: Simulator, host: SparkplugHost,
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    gateway = broker_factory(gateway_config(mosquitto, sim.port))
+    host.wait_count("DBIRTH", 1, "plc")
+    gateway.stop(signal.SIGKILL)
+    death = host.wait_count("NDEATH", 1)[0]
+    assert death.topic == "spBv1.0/plant/NDEATH/gw1"
+    bdseq = host.of("NBIRTH")[0].payload.metrics[0].long_value
+    assert death.payload.metrics[0].name == "bdSeq"
+    assert death.payload.metrics[0].long_value == bdseq
+
+
+def test_device_outage_ddeath_then_dbirth(
+    mosquitto: Mosquitto, host: SparkplugHost, broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    port = free_port()
+    simulator = SimulatorProcess(port).start()
+    try:
+        broker_factory(gateway_config(mosquitto, port))
+        host.wait_count("DBIRTH", 1, "plc")
+        simulator.kill()
+        host.wait_count("DDEATH", 1, "plc")
+        simulator.start()
+        host.wait_count("DBIRTH", 2, "plc")
+    finally:
+        simulator.kill()
+    kinds = [s.kind for s in host.seen() if s.device == "plc" and s.kind != "DDATA"]
+    assert kinds == ["DBIRTH", "DDEATH", "DBIRTH"]
+    check_seq(host.seen())
+
+
+def test_data_held_while_primary_host_offline(
+    mosquitto: Mosquitto, sim: Simulator, host: SparkplugHost,
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    gateway = broker_factory(gateway_config(mosquitto, sim.port, 'primary_host = "scada"'))
+    wait_for(lambda: "sparkplug: edge node plant/gw1 connected" in gateway.log(), 15)
+    assert host.of("NBIRTH") == []  # births wait for the primary host
+    host.announce(True)
+    host.wait_count("DBIRTH", 1, "plc")
+
+    host.announce(False)
+    wait_for(lambda: "primary host scada is offline" in gateway.log(), 15)
+    sim.set_registers(1, "holding", 0, [5555])
+    # The local JSON topic shows the bridge read it; the node had to hold it.
+    with PahoClient(gateway) as local:
+        local.connect()
+        local.subscribe("devices/plc/level", 1)
+        wait_for(lambda: any(b'"value":5555' in m.payload for m in local.messages), 15)
+    assert not [v for v in host.values("plc") if v[1] == 5555]
+
+    host.announce(True)
+    held = host.wait_value("plc", "level", lambda v: v == 5555)
+    assert held[2] is True  # delivered as historical data after the new births
+    assert len(host.of("NBIRTH")) == 2
+    check_seq(host.seen())
+
+
+def test_malformed_state_is_refused(
+    mosquitto: Mosquitto, sim: Simulator, host: SparkplugHost,
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    gateway = broker_factory(gateway_config(mosquitto, sim.port, 'primary_host = "scada"'))
+    wait_for(lambda: "sparkplug: edge node plant/gw1 connected" in gateway.log(), 15)
+    host.publish("spBv1.0/STATE/scada", b"ONLINE", 1, retain=False)
+    wait_for(lambda: "STATE of scada refused" in gateway.log(), 15)
+    host.announce(True)
+    host.wait_count("NBIRTH", 1)
