@@ -198,14 +198,14 @@ class EdgeNode:
             return  # an older STATE than one already seen (spec: ignore it)
         self.host_ts = ts
         was = self.allowed
+        if was and not online:
+            self.flush()  # what was read before the host went away still goes out
+            self.born.clear()
         self.host_online = online
         log.info("sparkplug: primary host %s is %s", self.config.primary_host,
                  "online" if online else "offline")
         if self.allowed and not was:
             self.birth()
-        elif was and not self.allowed:
-            self.flush()
-            self.born.clear()
 
     def _node_command(self, payload: Payload) -> None:
         for metric in payload.metrics:

@@ -129,6 +129,9 @@ async def serve(
         bridge = Bridge(config.bridge, broker)
         interop = start_interop(config, bridge, broker, daemon.reloader)
         await bridge.start()
+    elif config.sparkplug.enabled or config.homeassistant.enabled:
+        log.warning("[sparkplug] / [homeassistant] enabled but [bridge] has no devices: "
+                    "nothing to publish")
     if uplink is not None:
         await uplink.start(broker)
     for name, part, section in (("bridge", bridge, "devices"), ("uplink", uplink, "uplink")):
