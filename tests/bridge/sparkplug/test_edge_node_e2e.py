@@ -235,6 +235,25 @@ def test_device_outage_ddeath_then_dbirth(
     check_seq(host.seen())
 
 
+def test_reload_with_a_new_point_births_again(
+    mosquitto: Mosquitto, sim: Simulator, host: SparkplugHost,
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path,
+) -> None:
+    text = gateway_config(mosquitto, sim.port)
+    gateway = broker_factory(text)
+    host.wait_count("DBIRTH", 1, "plc")
+    added = text.replace('  {{ name = "pump"'.replace("{{", "{"),
+                         '  { name = "extra", address = 7 },\n  { name = "pump"')
+    assert added != text
+    (tmp_path / "broker0" / "outpost.toml").write_text(added, encoding="utf-8")
+    gateway.process.send_signal(signal.SIGHUP)
+    births = host.wait_count("DBIRTH", 2, "plc")
+    assert "extra" in {m.name for m in births[-1].payload.metrics}
+    assert len(host.of("NBIRTH")) == 2
+    host.wait_value("plc", "extra", lambda v: v == 1007)
+    check_seq(host.seen())
+
+
 def test_data_held_while_primary_host_offline(
     mosquitto: Mosquitto, sim: Simulator, host: SparkplugHost,
     broker_factory: Callable[..., BrokerProcess],
