@@ -15,8 +15,9 @@ the session gives it at `connected`. It reads no clock but `wallclock` and does 
   are collected per device and sent as one DDATA when the event loop turns, with the alias
   only. A device going offline sends DDEATH, coming back a DBIRTH.
 - While publishing is not allowed after the node was born once (primary host offline, or the
-  session lost), values are held, oldest dropped beyond `hold_max`; at the next birth they
-  follow the births as DDATA with `is_historical` set, in the order they were read.
+  session lost), values are held (hold.py: in the store-and-forward outbox), oldest dropped
+  beyond `hold_max`; at the next birth they follow the births as DDATA with `is_historical`
+  set, in the order they were read (values of a device that is not online then are dropped).
 - NCMD `Node Control/Rebirth` = true births the node again (same bdSeq, seq from 0). DCMD
   metrics are checked against the catalogue (payload.py) and handed to the bridge's write path
   as one task per command; anything refused is logged at WARNING and nothing is written.
@@ -27,9 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
@@ -37,26 +36,21 @@ from bridge.config import BridgeConfig
 from bridge.modbus.convert import Value
 from bridge.sparkplug import payload as sp
 from bridge.sparkplug.config import SparkplugConfig
+from bridge.sparkplug.hold import Hold, MemoryHold
 from bridge.sparkplug.sparkplug_b_pb2 import Payload
 
 log = logging.getLogger("outpost.sparkplug")
 Send = Callable[[str, bytes, int, bool], None]  # topic, payload, qos, retain
 Write = Callable[[str, str, Value], Awaitable[None]]  # device, point, value
-
-
-@dataclass(slots=True)
-class _Held:
-    device: str
-    spec: sp.MetricSpec
-    value: Value
-    ts_ms: int
+HOLD_RETRY = 0.1  # seconds before taking held values the outbox had not committed yet
 
 
 class EdgeNode:
     """One Sparkplug edge node with the bridge's devices as its devices."""
 
     def __init__(self, config: SparkplugConfig, node_id: str, bridge: BridgeConfig,
-                 prefix: str, write: Write, wallclock: Callable[[], float]) -> None:
+                 prefix: str, write: Write, wallclock: Callable[[], float],
+                 hold: Hold | None = None) -> None:
         self.config = config
         self.node_id = node_id
         self.write = write
@@ -77,8 +71,7 @@ class EdgeNode:
         self.online: set[str] = set()  # devices the bridge says are online
         self.values: dict[str, dict[str, tuple[Value, int]]] = {}
         self.pending: dict[str, dict[int, tuple[sp.MetricSpec, Value, int]]] = {}
-        self.held: deque[_Held] = deque()
-        self.dropped = 0
+        self.hold = hold or MemoryHold(config.hold_max)
         self.tasks: set[asyncio.Task[None]] = set()
         self.configure(bridge, prefix)
 
@@ -145,7 +138,7 @@ class EdgeNode:
             if first:
                 asyncio.get_running_loop().call_soon(self.flush)
         elif self.ever_born and not self.allowed and device in self.online:
-            self._hold(device, spec, value, ts_ms)
+            self.hold.add(device, name, value, ts_ms)
 
     def device_status(self, device: str, online: bool) -> None:
         """The bridge's view of a device changed: DBIRTH / DDEATH."""
@@ -282,33 +275,27 @@ class EdgeNode:
             sp.data_metric(payload, spec, value, ts_ms)
         self._publish("DDATA", device, payload)
 
-    def _hold(self, device: str, spec: sp.MetricSpec, value: Value, ts_ms: int) -> None:
-        if self.config.hold_max == 0:
-            return
-        if len(self.held) >= self.config.hold_max:
-            self.held.popleft()
-            self.dropped += 1
-            if self.dropped == 1 or self.dropped % 1000 == 0:
-                log.warning("sparkplug: %d held value(s) dropped (hold_max %d)", self.dropped,
-                            self.config.hold_max)
-        self.held.append(_Held(device, spec, value, ts_ms))
-
     def _release_held(self) -> None:
-        if not self.held:
+        if not self.allowed:
             return
-        log.info("sparkplug: sending %d held value(s) as historical data", len(self.held))
+        held = self.hold.take()
+        if self.hold.waiting:  # the outbox commits in a moment: take the rest then
+            asyncio.get_running_loop().call_later(HOLD_RETRY, self._release_held)
+        if not held:
+            return
+        log.info("sparkplug: sending %d held value(s) as historical data", len(held))
         batch: Payload | None = None
         batch_device = ""
-        while self.held:
-            item = self.held.popleft()
-            if item.device not in self.born:
+        for device, name, value, ts_ms in held:
+            spec = self.by_name.get(device, {}).get(name)
+            if spec is None or device not in self.born:
                 continue
-            if batch is not None and item.device != batch_device:
+            if batch is not None and device != batch_device:
                 self._publish("DDATA", batch_device, batch)
                 batch = None
             if batch is None:
-                batch, batch_device = Payload(timestamp=self._now()), item.device
-            sp.data_metric(batch, item.spec, item.value, item.ts_ms, historical=True)
+                batch, batch_device = Payload(timestamp=self._now()), device
+            sp.data_metric(batch, spec, value, ts_ms, historical=True)
         if batch is not None:
             self._publish("DDATA", batch_device, batch)
 

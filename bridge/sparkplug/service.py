@@ -2,7 +2,8 @@
 
 How this works: `SparkplugService` builds the `EdgeNode` from the `[sparkplug]` section and
 the bridge's configuration, registers it as an observer of the bridge (point values, device
-statuses), gives it the bridge's write path for DCMDs, and runs its MQTT session. A reload of
+statuses), gives it the bridge's write path for DCMDs and the gateway's store-and-forward
+outbox to hold DATA in while the primary host is offline, and runs its MQTT session. A reload of
 `[bridge]` hands the node the new devices and points (it births again when it was born).
 """
 
@@ -14,18 +15,20 @@ from collections.abc import Callable
 from bridge.config import BridgeConfig
 from bridge.runtime import Bridge
 from bridge.sparkplug.config import SparkplugConfig
+from bridge.sparkplug.hold import OutboxHold
 from bridge.sparkplug.node import EdgeNode
 from bridge.sparkplug.session import SparkplugSession
+from gateway.base.outbox import Outbox
 
 
 class SparkplugService:
     """The edge node and its session, fed by a running bridge."""
 
     def __init__(self, config: SparkplugConfig, gateway_id: str, bridge: Bridge,
-                 wallclock: Callable[[], float] = time.time) -> None:
+                 outbox: Outbox, wallclock: Callable[[], float] = time.time) -> None:
         self.bridge = bridge
         self.node = EdgeNode(config, config.node_id(gateway_id), bridge.config, bridge.prefix,
-                             bridge.write, wallclock)
+                             bridge.write, wallclock, OutboxHold(outbox, config.hold_max))
         self.session = SparkplugSession(self.node)
 
     def start(self) -> None:

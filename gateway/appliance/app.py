@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from bridge.runtime import Bridge
     from bridge.uplink.service import UplinkService
     from gateway.appliance.reload import Reloader
+    from gateway.base.outbox import Outbox
 
 log = logging.getLogger("outpost")
 
@@ -63,21 +64,25 @@ def build_hooks(config: Config, state_dir: Path | None) -> BrokerHooks:
     return MemoryStore()
 
 
-def build_uplink(
-    config: Config, store: BrokerHooks
-) -> tuple[BrokerHooks, UplinkService | None]:
-    """The uplink's outbox hook chained after the store, and its service (None if disabled)."""
-    if not config.uplink.enabled:
-        return store, None
-    from bridge.uplink.hook import UplinkHook
+def build_outbox(store: BrokerHooks) -> Outbox:
+    """The store-and-forward outbox of the uplink and the Sparkplug edge node."""
     from bridge.uplink.outbox import MemoryOutbox
-    from bridge.uplink.service import UplinkService
-    from gateway.base.outbox import Outbox
     from storage.sqlite import SqliteStore
     from storage.sqlite.uplink_outbox import SqliteOutbox
 
     # The outbox lives where the store does, so it commits with the publishes it records.
-    outbox: Outbox = SqliteOutbox(store) if isinstance(store, SqliteStore) else MemoryOutbox()
+    return SqliteOutbox(store) if isinstance(store, SqliteStore) else MemoryOutbox()
+
+
+def build_uplink(
+    config: Config, store: BrokerHooks, outbox: Outbox | None
+) -> tuple[BrokerHooks, UplinkService | None]:
+    """The uplink's outbox hook chained after the store, and its service (None if disabled)."""
+    if not config.uplink.enabled or outbox is None:
+        return store, None
+    from bridge.uplink.hook import UplinkHook
+    from bridge.uplink.service import UplinkService
+
     hook = UplinkHook(config.uplink, outbox)
     service = UplinkService(config.uplink, outbox, hook, config.gateway_id)
     return HookChain([store, hook]), service
@@ -102,7 +107,8 @@ async def serve(
     """
     loop = asyncio.get_running_loop()
     store = build_hooks(config, state_dir)
-    hooks, uplink = build_uplink(config, store)
+    outbox = build_outbox(store) if config.uplink.enabled or config.sparkplug.enabled else None
+    hooks, uplink = build_uplink(config, store, outbox)
     # Authentication and ACLs first: a refusal is decided before any store work.
     security = load_security(config)
     hooks = HookChain([security, hooks])
@@ -127,7 +133,7 @@ async def serve(
         from bridge.runtime import Bridge
 
         bridge = Bridge(config.bridge, broker)
-        interop = start_interop(config, bridge, broker, daemon.reloader)
+        interop = start_interop(config, bridge, broker, daemon.reloader, outbox)
         await bridge.start()
     elif config.sparkplug.enabled or config.homeassistant.enabled:
         log.warning("[sparkplug] / [homeassistant] enabled but [bridge] has no devices: "
@@ -166,15 +172,15 @@ class Interop(Protocol):
     async def stop(self) -> None: ...
 
 
-def start_interop(config: Config, bridge: Bridge, broker: Broker,
-                  reloader: Reloader) -> list[Interop]:
-    """The Sparkplug edge node and Home Assistant discovery, when enabled (call before the
-    bridge starts: they see every status it publishes)."""
+def start_interop(config: Config, bridge: Bridge, broker: Broker, reloader: Reloader,
+                  outbox: Outbox | None) -> list[Interop]:
+    """The Sparkplug edge node (holding DATA in `outbox`) and Home Assistant discovery, when
+    enabled (call before the bridge starts: they see every status it publishes)."""
     parts: list[Interop] = []
-    if config.sparkplug.enabled:
+    if config.sparkplug.enabled and outbox is not None:
         from bridge.sparkplug.service import SparkplugService
 
-        sparkplug = SparkplugService(config.sparkplug, config.gateway_id, bridge)
+        sparkplug = SparkplugService(config.sparkplug, config.gateway_id, bridge, outbox)
         sparkplug.start()
         parts.append(sparkplug)
     if config.homeassistant.enabled:

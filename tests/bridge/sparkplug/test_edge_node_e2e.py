@@ -266,11 +266,11 @@ def test_data_held_while_primary_host_offline(
 
     host.announce(False)
     wait_for(lambda: "primary host scada is offline" in gateway.log(), 15)
-    sim.set_registers(1, "holding", 0, [5555])
     # The local JSON topic shows the bridge read it; the node had to hold it.
     with PahoClient(gateway) as local:
         local.connect()
         local.subscribe("devices/plc/level", 1)
+        sim.set_registers(1, "holding", 0, [5555])
         wait_for(lambda: any(b'"value":5555' in m.payload for m in local.messages), 15)
     assert not [v for v in host.values("plc") if v[1] == 5555]
 
@@ -279,6 +279,32 @@ def test_data_held_while_primary_host_offline(
     assert held[2] is True  # delivered as historical data after the new births
     assert len(host.of("NBIRTH")) == 2
     check_seq(host.seen())
+
+
+def test_held_data_survives_a_gateway_restart(
+    mosquitto: Mosquitto, sim: Simulator, host: SparkplugHost,
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path,
+) -> None:
+    text = gateway_config(mosquitto, sim.port, 'primary_host = "scada"')
+    state = str(tmp_path / "state")
+    host.announce(True)
+    first = broker_factory(text, "--state-dir", state)
+    host.wait_count("DBIRTH", 1, "plc")
+    host.announce(False)
+    wait_for(lambda: "primary host scada is offline" in first.log(), 15)
+    with PahoClient(first) as local:
+        local.connect()
+        local.subscribe("devices/plc/level", 1)
+        sim.set_registers(1, "holding", 0, [6666])
+        wait_for(lambda: any(b'"value":6666' in m.payload for m in local.messages), 15)
+    assert first.stop() == 0
+
+    second = broker_factory(text, "--state-dir", state)
+    wait_for(lambda: "1 value(s) held from before the restart" in second.log(), 15,
+             message=second.log()[-2000:])
+    host.announce(True)
+    held = host.wait_value("plc", "level", lambda v: v == 6666)
+    assert held[2] is True
 
 
 def test_malformed_state_is_refused(
