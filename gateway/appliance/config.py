@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from bridge.config import BridgeConfig
 from bridge.homeassistant.config import HomeAssistantConfig
 from bridge.sparkplug.config import SparkplugConfig
+from bridge.sparkplug.hold import RULE as HOLD_RULE
 from bridge.uplink.config import UplinkConfig
 from gateway.base.hostport import parse_host_port
 from gateway.base.settings import ConfigError, Section, format_errors
@@ -69,6 +70,18 @@ class Config(BrokerConfig):
     uplink: UplinkConfig = UplinkConfig()
     sparkplug: SparkplugConfig = SparkplugConfig()
     homeassistant: HomeAssistantConfig = HomeAssistantConfig()
+
+    @field_validator("sparkplug")
+    @classmethod
+    def _hold_rule_free(cls, value: SparkplugConfig, info: ValidationInfo) -> SparkplugConfig:
+        # The edge node holds DATA in the uplink's outbox under its own rule name.
+        uplink = info.data.get("uplink")
+        if value.enabled and uplink is not None:
+            for index in range(len(uplink.forward)):
+                if uplink.rule_name(index) == HOLD_RULE:
+                    raise ValueError(f"uplink.forward.{index}: the rule name {HOLD_RULE!r} is "
+                                     f"the Sparkplug edge node's; choose another")
+        return value
 
     @field_validator("homeassistant")
     @classmethod
