@@ -30,7 +30,7 @@ from typing import Any
 from bridge.config import BridgeConfig, DeviceConfig, PointConfig
 from bridge.homeassistant.config import HomeAssistantConfig
 from bridge.modbus.convert import FLOAT_TYPES
-from bridge.serial.config import SerialDeviceConfig
+from bridge.serial.config import SerialDeviceConfig, SerialPointConfig
 from gateway.broker.core.message import Message
 from gateway.broker.engine.broker import Broker
 from gateway.broker.engine.links import Link
@@ -71,18 +71,26 @@ def _modbus_entity(point: PointConfig) -> tuple[str, dict[str, Any]]:
         return "sensor", {}
     if kind == "string":
         return "sensor", {}
-    keys: dict[str, Any] = {}
+    keys: dict[str, Any] = {} if point.unit is None else {"unit_of_measurement": point.unit}
     if point.writable:
         low, high = _number_range(point)
         integral = kind not in FLOAT_TYPES and point.scale == 1 and point.offset == 0
-        keys = {"min": low, "max": high, "step": 1 if integral else 0.001, "mode": "box",
-                "command_template": '{"value": {{ value }}}'}
+        keys |= {"min": low, "max": high, "step": 1 if integral else 0.001, "mode": "box",
+                 "command_template": '{"value": {{ value }}}'}
     return ("number" if point.writable else "sensor"), keys
 
 
+def _serial_entity(point: SerialPointConfig) -> tuple[str, dict[str, Any]]:
+    """The component and its own keys for one serial point (always read-only)."""
+    if point.type == "bool":
+        return "binary_sensor", {"payload_on": "ON", "payload_off": "OFF"}
+    if point.type == "string" or point.unit is None:
+        return "sensor", {}
+    return "sensor", {"unit_of_measurement": point.unit}
+
+
 def _entity(component: str, keys: dict[str, Any], point_topic: str, device_status: str,
-            unit: str | None, device_class: str | None, state_class: str | None,
-            ) -> dict[str, Any]:
+            device_class: str | None, state_class: str | None) -> dict[str, Any]:
     entity: dict[str, Any] = {
         "state_topic": point_topic,
         "value_template": BOOL_STATE if component in ("switch", "binary_sensor")
@@ -94,8 +102,6 @@ def _entity(component: str, keys: dict[str, Any], point_topic: str, device_statu
     }
     if component in ("number", "switch", "select"):
         entity["command_topic"] = point_topic + "/set"
-    if unit is not None and component in ("sensor", "number"):
-        entity["unit_of_measurement"] = unit
     if device_class is not None:
         entity["device_class"] = device_class
     if state_class is not None and component == "sensor":
@@ -125,11 +131,10 @@ def discovery_messages(bridge: BridgeConfig, config: HomeAssistantConfig,
                 component, keys = _modbus_entity(point)
                 classes = (point.device_class, point.state_class)
             else:  # serial points are read-only values
-                component, keys = ("binary_sensor", {"payload_on": "ON", "payload_off": "OFF"}
-                                   ) if point.type == "bool" else ("sensor", {})
+                component, keys = _serial_entity(point)
                 classes = (None, None)
             object_id = discovery_id(f"{device.name}_{point.name}")
-            entity = _entity(component, keys, topic, status, point.unit, *classes)
+            entity = _entity(component, keys, topic, status, *classes)
             entity = {"name": point.name, "unique_id": f"{node}_{object_id}",
                       "device": ha_device, **entity, "qos": 1}
             messages[f"{config.discovery_prefix}/{component}/{node}/{object_id}/config"] = (
