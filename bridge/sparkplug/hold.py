@@ -1,21 +1,18 @@
-"""Where the edge node keeps DATA while the primary host is offline: the outbox, or memory.
+"""Where the edge node keeps DATA while the primary host is offline: the outbox.
 
 How this works: `OutboxHold` stores every held value as one record of rule `sparkplug` in the
 gateway's store-and-forward outbox (gateway/base/outbox.py: `outpost.db` with a state
 directory, else memory), so with a state directory held values survive a restart of the
-gateway. The record's topic is `<device>/<point>`, its payload the bridge's JSON value payload;
+gateway. The record's topic is `<device>/<point>`, its payload `{"value": ..., "ts": <ms>}`;
 the outbox's cap per rule (`hold_max`, drop-oldest) bounds it. `take` hands out the committed
 records oldest first and deletes them; records appended in the last group commit window are
-not readable yet, so `waiting` tells the node to take again shortly. `MemoryHold` is the same
-without an outbox (the node's own tests and tools).
+not readable yet, so `waiting` tells the node to take again shortly.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections import deque
-from typing import Protocol
 
 from bridge.modbus.convert import Value
 from gateway.base.outbox import Outbox, OutboxRecord, RuleLimits
@@ -23,46 +20,6 @@ from gateway.base.outbox import Outbox, OutboxRecord, RuleLimits
 log = logging.getLogger("outpost.sparkplug")
 RULE = "sparkplug"
 Held = tuple[str, str, Value, int]  # device, point, value, read time (epoch ms)
-
-
-class Hold(Protocol):
-    """Held values, oldest first."""
-
-    def add(self, device: str, point: str, value: Value, ts_ms: int) -> None:
-        """Keep one value (the oldest may be dropped beyond the cap)."""
-
-    def take(self) -> list[Held]:
-        """Every value that can be handed out now, oldest first; they are gone from the hold."""
-
-    @property
-    def waiting(self) -> bool:
-        """Values were added that `take` could not hand out yet."""
-
-
-class MemoryHold:
-    """Held values in memory, at most `limit`."""
-
-    def __init__(self, limit: int) -> None:
-        self.values: deque[Held] = deque(maxlen=limit or None)
-        self.limit = limit
-        self.dropped = 0
-
-    def add(self, device: str, point: str, value: Value, ts_ms: int) -> None:
-        if self.limit == 0:
-            return
-        if len(self.values) == self.limit:
-            self.dropped += 1
-            _dropped(self.dropped, self.limit)
-        self.values.append((device, point, value, ts_ms))
-
-    def take(self) -> list[Held]:
-        taken = list(self.values)
-        self.values.clear()
-        return taken
-
-    @property
-    def waiting(self) -> bool:
-        return False
 
 
 class OutboxHold:

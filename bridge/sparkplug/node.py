@@ -36,7 +36,7 @@ from bridge.config import BridgeConfig
 from bridge.modbus.convert import Value
 from bridge.sparkplug import payload as sp
 from bridge.sparkplug.config import SparkplugConfig
-from bridge.sparkplug.hold import Hold, MemoryHold
+from bridge.sparkplug.hold import OutboxHold
 from bridge.sparkplug.sparkplug_b_pb2 import Payload
 
 log = logging.getLogger("outpost.sparkplug")
@@ -50,7 +50,7 @@ class EdgeNode:
 
     def __init__(self, config: SparkplugConfig, node_id: str, bridge: BridgeConfig,
                  prefix: str, write: Write, wallclock: Callable[[], float],
-                 hold: Hold | None = None) -> None:
+                 hold: OutboxHold) -> None:
         self.config = config
         self.node_id = node_id
         self.write = write
@@ -71,7 +71,7 @@ class EdgeNode:
         self.online: set[str] = set()  # devices the bridge says are online
         self.values: dict[str, dict[str, tuple[Value, int]]] = {}
         self.pending: dict[str, dict[int, tuple[sp.MetricSpec, Value, int]]] = {}
-        self.hold = hold or MemoryHold(config.hold_max)
+        self.hold = hold
         self.tasks: set[asyncio.Task[None]] = set()
         self.configure(bridge, prefix)
 
@@ -106,9 +106,12 @@ class EdgeNode:
             self.birth()
 
     def disconnected(self) -> None:
-        """The session ended: the next one uses the next bdSeq."""
+        """The session ended: the next one uses the next bdSeq; unsent values are held."""
         self.send = None
         self.born.clear()
+        for device, entries in self.pending.items():
+            for spec, value, ts_ms in entries.values():
+                self.hold.add(device, spec.name, value, ts_ms)
         self.pending.clear()
         self.bdseq = (self.bdseq + 1) % 256
 

@@ -9,6 +9,7 @@ outbox to hold DATA in while the primary host is offline, and runs its MQTT sess
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -40,6 +41,9 @@ class SparkplugService:
     async def stop(self) -> None:
         """NDEATH and disconnect (after the bridge stopped: its DDEATHs go first)."""
         await self.session.stop()
+        for task in self.node.tasks:  # DCMD writes in flight
+            task.cancel()
+        await asyncio.gather(*self.node.tasks, return_exceptions=True)
         if self.node in self.bridge.observers:
             self.bridge.observers.remove(self.node)
 
