@@ -14,14 +14,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from gateway.base.hostport import parse_host_port
 
 
-def _sparkplug_id(value: str) -> str:
-    # Group, edge node and host ids are topic levels: no separators or wildcards.
+def sparkplug_id(value: str) -> str:
+    """A group, edge node or host id: one topic level, no separators or wildcards."""
     if not value or any(c in value for c in "/+#"):
         raise ValueError(f"{value!r}: must be non-empty without '/', '+' or '#'")
     return value
 
 
-SparkplugId = Annotated[str, AfterValidator(_sparkplug_id)]
+SparkplugId = Annotated[str, AfterValidator(sparkplug_id)]
 
 
 class SparkplugConfig(BaseModel):

@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from bridge.config import BridgeConfig
 from bridge.homeassistant.config import HomeAssistantConfig
-from bridge.sparkplug.config import SparkplugConfig
+from bridge.sparkplug.config import SparkplugConfig, sparkplug_id
 from bridge.sparkplug.hold import RULE as HOLD_RULE
 from bridge.uplink.config import UplinkConfig
 from gateway.base.hostport import parse_host_port
@@ -73,7 +73,14 @@ class Config(BrokerConfig):
 
     @field_validator("sparkplug")
     @classmethod
-    def _hold_rule_free(cls, value: SparkplugConfig, info: ValidationInfo) -> SparkplugConfig:
+    def _sparkplug_fits(cls, value: SparkplugConfig, info: ValidationInfo) -> SparkplugConfig:
+        gateway_id = info.data.get("gateway_id")
+        if value.enabled and value.edge_node_id is None and gateway_id is not None:
+            try:
+                sparkplug_id(gateway_id)
+            except ValueError as exc:  # the default edge node id is a topic level
+                raise ValueError(f"edge_node_id: the gateway_id {exc} (set edge_node_id)"
+                                 ) from None
         # The edge node holds DATA in the uplink's outbox under its own rule name.
         uplink = info.data.get("uplink")
         if value.enabled and uplink is not None:

@@ -13,10 +13,13 @@ from gateway.appliance.config import ConfigError, parse_config
     ({"enabled": True, "addresses": []}, "sparkplug.addresses: Value error, needs at least one"),
     ({"enabled": True, "hold_max": -1}, "sparkplug.hold_max:"),
     ({"enabled": True, "qos": 1}, "sparkplug.qos:"),
+    ({"enabled": True, "gateway_id": "site/7"},
+     "sparkplug: Value error, edge_node_id: the gateway_id 'site/7': must be"),
 ])
 def test_bad_sparkplug_keys(section: dict[str, object], expected: str) -> None:
+    gateway_id = section.pop("gateway_id", "outpost")
     with pytest.raises(ConfigError) as caught:
-        parse_config({"sparkplug": section})
+        parse_config({"gateway_id": gateway_id, "sparkplug": section})
     assert any(line.startswith(expected) for line in caught.value.errors), caught.value.errors
 
 

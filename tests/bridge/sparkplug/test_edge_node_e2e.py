@@ -166,20 +166,24 @@ def test_dcmd_writes_and_bad_commands_are_refused(
                                                       boolean_value=True))
     host.command("plant", "gw1", "plc", b"\xff\xff\xff not protobuf")
     host.command("plant", "gw1", None, b"\x0a\x05garbage")
+    # One connection keeps the order: once this write landed, every command before it was
+    # refused or written.
+    host.command("plant", "gw1", "plc", metric_command("pump", BOOLEAN, boolean_value=True))
+    wait_for(lambda: sim.get_bit(1, "coil", 5), 15, message="the coil was not written")
+    assert sim.registers(1, "holding")[:6] == before  # nothing refused reached the device
+
+    log = [line for line in gateway.log().splitlines() if "WARNING" in line]
+    for reason in ("'level' is read-only", "unknown metric 'nosuch'",
+                   "'setpoint': wrong datatype 12", "wrong datatype: the value is in "
+                   "string_value", "70000 does not fit", "unknown control 'Node Control/Reboot'"):
+        assert any(reason in line for line in log), reason
+    malformed = [line for line in log if "malformed payload refused" in line]
+    assert len(malformed) == 2 and "DCMD" in malformed[0] and "NCMD" in malformed[1]
+
     host.command("plant", "gw1", "plc", metric_command("setpoint", UINT16, int_value=4242))
     wait_for(lambda: sim.registers(1, "holding")[1] == 4242, 15,
              message="the DCMD did not reach the simulator")
-    host.command("plant", "gw1", "plc", metric_command("pump", BOOLEAN, boolean_value=True))
-    wait_for(lambda: sim.get_bit(1, "coil", 5), 15, message="the coil was not written")
-
-    log = gateway.log()
-    for reason in ("'level' is read-only", "unknown metric 'nosuch'",
-                   "'setpoint': wrong datatype 12", "wrong datatype: the value is in "
-                   "string_value", "70000 does not fit", "unknown control 'Node Control/Reboot'",
-                   "malformed payload"):
-        assert any("WARNING" in line and reason in line for line in log.splitlines()), reason
-    assert sim.registers(1, "holding")[0] == before[0]
-    assert sim.registers(1, "holding")[2:6] == before[2:6]
+    host.wait_value("plc", "setpoint", lambda v: v == 4242)  # read back, published as DDATA
     assert gateway.process.poll() is None
 
 
