@@ -32,7 +32,8 @@ logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
 BOOLEAN, UINT16, INT64, STRING, DOUBLE = 11, 6, 4, 12, 10
 
 
-def gateway_config(mosquitto: Mosquitto, modbus_port: int, extra: str = "") -> str:
+def gateway_config(mosquitto: Mosquitto, modbus_port: int, extra: str = "",
+                   level: str = "") -> str:
     return f"""
 gateway_id = "gw1"
 
@@ -63,7 +64,7 @@ offline_after = 2
 backoff_initial = 0.2
 backoff_max = 0.5
 points = [
-  {{ name = "level", address = 0, unit = "cm" }},
+  {{ name = "level", address = 0, unit = "cm"{level} }},
   {{ name = "setpoint", address = 1, writable = true }},
   {{ name = "temp", table = "input", address = 3, type = "int16", scale = 0.1, unit = "degC" }},
   {{ name = "pump", table = "coil", address = 5, writable = true }},
@@ -147,6 +148,22 @@ def test_births_data_rebirth_and_seq(
     check_seq(host.seen())
     births = host.of("NBIRTH")
     assert births[0].payload.metrics[0].long_value == births[1].payload.metrics[0].long_value
+
+
+def test_ddata_follows_the_points_deadband(
+    mosquitto: Mosquitto, sim: Simulator, host: SparkplugHost,
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    broker_factory(gateway_config(mosquitto, sim.port, level=", deadband = 10"))
+    host.wait_count("DBIRTH", 1, "plc")
+    sim.set_registers(1, "holding", 0, [1005, 2])  # level inside its deadband, setpoint moves
+    host.wait_value("plc", "setpoint", lambda v: v == 2)
+    sim.set_registers(1, "holding", 0, [1020, 3])  # both move
+    host.wait_value("plc", "setpoint", lambda v: v == 3)
+    levels = [value for name, value, _ in host.values("plc") if name == "level"]
+    # The same read fetched both registers: 1005 was left out by the deadband, 1020 not.
+    assert 1005 not in levels
+    assert levels[-1] == 1020
 
 
 def test_dcmd_writes_and_bad_commands_are_refused(
