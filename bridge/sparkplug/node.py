@@ -34,6 +34,8 @@ from google.protobuf.message import DecodeError
 
 from bridge.config import BridgeConfig
 from bridge.modbus.convert import Value
+from bridge.modbus.poller import WriteError
+from bridge.serial.reader import CommandError
 from bridge.sparkplug import payload as sp
 from bridge.sparkplug.config import SparkplugConfig
 from bridge.sparkplug.hold import OutboxHold
@@ -237,7 +239,7 @@ class EdgeNode:
         for name, value in writes:
             try:
                 await self.write(device, name, value)
-            except Exception as exc:  # the bridge's WriteError / CommandError: its reason
+            except (WriteError, CommandError) as exc:
                 log.warning("sparkplug: DCMD %s/%s = %r failed: %s", device, name, value, exc,
                             extra={"device": device})
                 return

@@ -33,8 +33,6 @@ class SparkplugSession:
         self.config = node.config
         self.outgoing: asyncio.Queue[tuple[str, bytes, int, bool]] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
-        self.stopping = False
-        self.connected = asyncio.Event()
 
     def start(self) -> None:
         """Run the session in the background."""
@@ -44,7 +42,6 @@ class SparkplugSession:
         """NDEATH, DISCONNECT, done."""
         if self.task is None:
             return
-        self.stopping = True
         if self.node.send is not None:
             self.node.closing()
             with contextlib.suppress(TimeoutError):
@@ -87,13 +84,12 @@ class SparkplugSession:
             sender = asyncio.create_task(self._send_all(client))
             try:
                 node.connected(self._enqueue)
-                self.connected.set()
                 async for message in client.messages:
-                    payload = message.payload
-                    if isinstance(payload, bytes | bytearray):
-                        node.message(str(message.topic), bytes(payload))
+                    try:
+                        node.message(str(message.topic), bytes(message.payload))
+                    except Exception:  # a bug must not end the session for every message
+                        log.exception("sparkplug: %s: message not handled", message.topic)
             finally:
-                self.connected.clear()
                 node.disconnected()
                 sender.cancel()
                 await asyncio.gather(sender, return_exceptions=True)
