@@ -6,12 +6,14 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := mosquitto mosquitto-clients socat openssl
+# stress-ng: `make test-loaded` (the suite next to a CPU hog).
+DEBIAN_PACKAGES += stress-ng
 # systemd: systemd-analyze for the unit checks; libsystemd-dev + pkg-config: to build
 # systemd-python (the [systemd] extra); chromium: the status page test (headless).
 DEBIAN_PACKAGES += systemd libsystemd-dev pkg-config chromium
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit soak bench system-packages clean
+.PHONY: demo test test-loaded lint typecheck unit soak bench system-packages clean
 
 # system-packages first (order only): systemd-python in the dev extras builds against libsystemd.
 $(STAMP): pyproject.toml | system-packages
@@ -48,6 +50,18 @@ typecheck: $(STAMP)
 
 test: $(STAMP) system-packages lint typecheck
 	$(PY) -m pytest -q
+
+# The suite with a CPU hog on every core (stress-ng), RUNS times in a row: a test that waits for
+# time instead of for its event fails here first. Stops at the first failing run.
+RUNS ?= 1
+test-loaded: $(STAMP) system-packages lint typecheck
+	@for run in $$(seq $(RUNS)); do \
+	  stress-ng --cpu 0 --cpu-load 100 --quiet & hog=$$!; \
+	  $(PY) -m pytest -q; status=$$?; \
+	  kill $$hog; wait $$hog 2>/dev/null; \
+	  if [ $$status != 0 ]; then echo "run $$run of $(RUNS) failed under load" >&2; exit $$status; fi; \
+	  echo "run $$run of $(RUNS) passed under load"; \
+	done
 
 soak: $(STAMP) system-packages
 	$(PY) -m pytest -q -m soak

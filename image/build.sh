@@ -9,7 +9,7 @@
 #   1. root-<key>.tar   mmdebstrap bookworm root (key: package lists, module list, hooks,
 #                       bootstrap-overlay/). Minutes (arm64 under qemu-user: longer).
 #   2. venv-<key>.tar   /opt/outpost/venv with the dependencies (key: layer 1 + pyproject
-#                       dependencies + requirements.txt). Wheels from PyPI for the target.
+#                       dependencies). Wheels from PyPI for the target.
 #   3. every build      outpost's own wheel, the units, the overlay, the file systems. Seconds.
 # The file systems are made from directory trees (mke2fs -d, mkfs.vfat + mcopy) and laid
 # into the disk image by genimage: no loop device, no mount. See image/README.md.
@@ -110,13 +110,12 @@ bootstrap() {
 }
 
 # -- layer 2: the venv with the dependencies -------------------------------------------------
-requirements() {  # the device's requirements: [project] dependencies + requirements.txt
+requirements() {  # the device's requirements: exactly pyproject.toml's [project] dependencies
   python3 - "${repo}/pyproject.toml" <<'PY'
 import sys, tomllib
 with open(sys.argv[1], "rb") as f:
     print("\n".join(tomllib.load(f)["project"]["dependencies"]))
 PY
-  grep -v '^\s*#' "${here}/requirements.txt" | sed '/^\s*$/d'
 }
 venv_key="$( { echo "${bootstrap_key}"; requirements; } | sha256sum | cut -c1-16)"
 venv_tar="${cache}/venv-${venv_key}.tar"

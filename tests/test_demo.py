@@ -18,15 +18,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(960)
 def test_quick_demo_lands_everything(tmp_path: Path) -> None:
     if shutil.which("java") is None:
         pytest.skip("java not found: the demo's Spark jobs need Java 17+ "
                     "(apt-get install default-jre-headless)")
     work = tmp_path / "demo-data"
+    # The bound catches a hang only: Spark on a loaded 2-core machine takes minutes.
     done = subprocess.run(
         [sys.executable, "-m", "gateway", "demo", "--duration", "12", "--work-dir", str(work)],
-        cwd=ROOT, capture_output=True, text=True, timeout=220, check=False)
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads((work / "demo-report.json").read_text())
     assert report["spark"] is True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import sys
 import tomllib
@@ -11,6 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from bridge import cli as bridge_cli
+from gateway import __version__
 from gateway.appliance.config import Config, load_config
 from gateway.base.hostport import parse_host_port
 from gateway.base.settings import ConfigError
@@ -32,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="outpost", description="outpost edge gateway")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument("--version", action="version", version=f"outpost {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the gateway")
@@ -269,6 +272,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """`outpost demo`: a thin call into `gateway.appliance.demo.run_demo`."""
     from gateway.appliance.demo import run_demo
 
+    if importlib.util.find_spec("pymodbus") is None:  # the simulated meter needs it
+        print("outpost demo needs pymodbus for its simulated meter: "
+              "pip install 'outpost[demo]' (make demo installs it)", file=sys.stderr)
+        return 2
     return run_demo(args.work_dir, 30.0 if args.quick else args.duration)
 
 

@@ -7,10 +7,10 @@ How this works: `start_listener` binds one configured listener. Every kind ends 
 - tls: a `TLSAcceptor` owns the raw socket first, applies the per-source limits *before* the
   (CPU-costly) handshake, runs `loop.start_tls`, then hands the TLS transport to the
   `MQTTConnection`.
-- ws: a `WebSocketConnection` speaks the HTTP upgrade and the framing
-  (gateway/broker/net/websocket.py,
-  sans-I/O) and feeds payload bytes to an `MQTTConnection` whose transport is `_WSTransport`,
-  a thin adapter that wraps every write in one binary frame.
+- ws: a `WebSocketConnection` feeds socket bytes to `MQTTWebSocket`
+  (gateway/broker/net/websocket.py: wsproto, sans-I/O) and does what it returns: MQTT bytes go
+  to an `MQTTConnection` whose transport is `_WSTransport`, a thin adapter that wraps every
+  write in one binary frame.
 - wss: `TLSAcceptor` then `WebSocketConnection`.
 
 `Admission` is the I/O half of access control, one per `Server`:
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("outpost.listeners")
 
-WS_SUBPROTOCOLS = ("mqtt", "mqttv3.1")
 UNIX_SOURCE = "unix"
 _LOG_EVERY = 100  # refusals of one kind: the first ten logged, then every hundredth
 # Password checks (PBKDF2 in one worker thread) waiting at once, in total and per address: a
@@ -335,15 +334,16 @@ class _WSTransport(asyncio.Transport):
         self._closing = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        ws = self._owner.ws
-        if not self._closing and ws.state is websocket.State.OPEN:
-            self._transport.write(ws.send(bytes(data)))
+        if not self._closing:
+            frame = self._owner.ws.send(bytes(data))
+            if frame:
+                self._transport.write(frame)
 
     def close(self) -> None:
         if self._closing:
             return
         self._closing = True
-        data = self._owner.ws.close(1000)
+        data = self._owner.ws.close()
         if data:
             self._transport.write(data)
         self._transport.close()
@@ -380,8 +380,8 @@ class WebSocketConnection(asyncio.Protocol):
 
     def __init__(self, server: Server, listener: ListenerConfig, label: str) -> None:
         self.server = server
-        self.listener = listener
-        self.ws = websocket.ServerConnection()
+        self.ws = websocket.MQTTWebSocket(listener.ws_path, listener.origins,
+                                          server.broker.limits.max_packet_size)
         self.inner = server.new_protocol(listener, label)
         self.transport: asyncio.Transport | None = None
 
@@ -398,65 +398,28 @@ class WebSocketConnection(asyncio.Protocol):
         self.inner.connection_made(_WSTransport(self, self.transport))
 
     def data_received(self, data: bytes) -> None:
-        if self.transport is None or self.transport.is_closing():
-            return
-        try:
-            events = self.ws.receive(data)
-            self._handle(events)
-        except websocket.HandshakeError as exc:
-            self._reject(exc.status, exc.reason)
-        except websocket.ProtocolError as exc:
-            log.info("WebSocket from %s: %s: closing (%d)", self.inner.conn.peer, exc.reason,
-                     exc.code)
-            self._close(exc.code, exc.reason)
-
-    def _handle(self, events: list[websocket.Event]) -> None:
         transport = self.transport
-        assert transport is not None
-        for event in events:
-            if isinstance(event, websocket.Data):
+        if transport is None or transport.is_closing():
+            return
+        for event in self.ws.receive(data):
+            if isinstance(event, websocket.Payload):
                 self.inner.data_received(event.data)
-            elif isinstance(event, websocket.Request):
-                self._upgrade(event)
-            elif isinstance(event, websocket.Ping):
-                transport.write(self.ws.pong(event.payload))
-            elif isinstance(event, websocket.CloseReceived):
-                self._close(event.code or 1000, "")
+            elif isinstance(event, websocket.Reply):
+                transport.write(event.data)
+            elif isinstance(event, websocket.Refused):
+                self.server.broker.counters.ws_refused += 1
+                log.info("WebSocket upgrade from %s refused: %d %s", self.inner.conn.peer,
+                         event.status, event.reason)
+                transport.write(event.data)
+                transport.close()
+            else:
+                if not event.by_peer:
+                    log.info("WebSocket from %s: %s: closing (%d)", self.inner.conn.peer,
+                             event.reason, event.code)
+                transport.write(event.data)
+                transport.close()
             if transport.is_closing():
                 return
-
-    def _upgrade(self, request: websocket.Request) -> None:
-        listener = self.listener
-        if request.path != listener.ws_path:
-            self._reject(404, f"MQTT is served at {listener.ws_path}")
-            return
-        if listener.origins and request.origin is not None and (
-            request.origin not in listener.origins
-        ):
-            self._reject(403, f"origin {request.origin} is not allowed")
-            return
-        chosen = next((p for p in request.subprotocols if p in WS_SUBPROTOCOLS), None)
-        if request.subprotocols and chosen is None:
-            self._reject(400, "subprotocol mqtt required")
-            return
-        assert self.transport is not None
-        self.transport.write(self.ws.accept(chosen))
-        self._handle(self.ws.receive(b""))  # frames the client sent ahead of our 101
-
-    def _reject(self, status: int, reason: str) -> None:
-        self.server.broker.counters.ws_refused += 1
-        log.info("WebSocket upgrade from %s refused: %d %s", self.inner.conn.peer, status, reason)
-        assert self.transport is not None
-        headers = {"Sec-WebSocket-Version": "13"} if status == 426 else None
-        self.transport.write(self.ws.reject(status, reason, headers))
-        self.transport.close()
-
-    def _close(self, code: int, reason: str) -> None:
-        assert self.transport is not None
-        data = self.ws.close(code, reason)
-        if data:
-            self.transport.write(data)
-        self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.inner.connection_lost(exc)

@@ -1,387 +1,273 @@
-"""WebSocket (RFC 6455), server side, sans-I/O: bytes in, events out; `send*` return bytes.
+"""MQTT over a WebSocket, server side, sans-I/O: wsproto (RFC 6455) plus the listener's rules.
 
-How this works: a `ServerConnection` starts in the HANDSHAKE state. `receive(data)` buffers the
-HTTP upgrade request (at most `max_header_bytes`) and returns a `Request` event; the caller
-checks path, subprotocol and origin and answers with the bytes of `accept(...)` (101) or
-`reject(...)` (an HTTP error). Once OPEN, `receive` parses frames and returns:
+How this works: `MQTTWebSocket.receive(data)` takes bytes from the socket and returns what to
+do, in order: `Payload` (MQTT bytes for the broker), `Reply` (bytes for the peer: the 101, a
+pong), `Refused` (an HTTP error to send before closing) or `Closed` (a close frame to send
+before closing). `send(mqtt)` wraps MQTT bytes in one BINARY frame; `close(code)` gives the
+close frame. Never imports asyncio or socket.
 
-- `Data`: payload bytes of binary frames and their continuations, unmasked, *streamed*: a frame
-  is never buffered whole, so a huge frame costs no memory here (MQTT over WebSockets is a byte
-  stream: frame boundaries mean nothing and the MQTT decoder enforces the packet size limit).
-  Consecutive payload from one `receive` call is joined into one `Data`.
-- `Ping` (the caller answers with `pong(payload)`), `Pong`, and `CloseReceived` (the caller
-  answers with `close(code)` and closes the socket; later bytes are ignored).
-
-The remote peer breaking the protocol raises `HandshakeError` (before the upgrade; carries the
-HTTP status to answer) or `ProtocolError` (after; carries the close code: 1002 protocol error,
-1003 text frame, 1007 bad UTF-8 in a close reason). Using this object wrongly (sending data
-before `accept`) raises `LocalProtocolError`. Client frames must be masked; server frames never
-are. No extensions are negotiated, so RSV bits must be zero. Never imports asyncio or socket.
+- The upgrade request is parsed by h11 first (at most `max_header_bytes`, else 431), then handed
+  to wsproto's handshake (`initiate_upgrade_connection`), which checks what RFC 6455 asks of it
+  (Upgrade and Connection headers, Host, version 13 or 426, a key) and writes the 101. h11
+  comes first because wsproto's own server handshake keeps the bytes after the request inside
+  its HTTP parser: frames a client sends right behind its request, before our 101, would be
+  lost. Here they are h11's trailing data, handed to the wsproto `Connection` that reads the
+  frames from then on (its `trailing_data`); both handshake parsers are dropped then (about
+  2 KB per connection stay). Before the 101, the listener's rules: the path (404), the Origin
+  (403), the subprotocol (`mqtt`, also the older `mqttv3.1`; a client that offers only others
+  gets 400, one that offers none is accepted without one).
+- Open: wsproto streams frames (a frame's payload is handed out as it arrives, never buffered
+  whole) and we pass binary payload straight on: MQTT over WebSockets is a byte stream, frame
+  and message boundaries mean nothing to it. A message larger than `max_message_size` (the
+  broker's max packet size) is refused with 1009 before its excess reaches the broker. Text
+  frames get 1003, framing errors wsproto finds 1002 (1007 for bad UTF-8), a peer's close is
+  answered with its code (1000 when it gave none).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import enum
-import hashlib
-import struct
+import http
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = [
-    "CloseReceived",
-    "Data",
-    "Event",
-    "HandshakeError",
-    "LocalProtocolError",
-    "Ping",
-    "Pong",
-    "ProtocolError",
-    "Request",
-    "ServerConnection",
-    "State",
-]
+import h11
+from wsproto import ConnectionType, WSConnection
+from wsproto.connection import Connection, ConnectionState
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    RejectConnection,
+    Request,
+    TextMessage,
+)
+from wsproto.frame_protocol import CloseReason
+from wsproto.utilities import RemoteProtocolError
 
-GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-OP_CONTINUATION, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
-_DATA_OPS = (OP_CONTINUATION, OP_TEXT, OP_BINARY)
-_CONTROL_OPS = (OP_CLOSE, OP_PING, OP_PONG)
-_REASONS = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-            426: "Upgrade Required", 431: "Request Header Fields Too Large",
-            503: "Service Unavailable"}
+__all__ = ["SUBPROTOCOLS", "Closed", "Event", "MQTTWebSocket", "Payload", "Refused", "Reply"]
 
-
-class State(enum.Enum):
-    HANDSHAKE = "handshake"  # waiting for the upgrade request
-    ACCEPTING = "accepting"  # request received, accept() or reject() not yet called
-    OPEN = "open"
-    CLOSED = "closed"
-
-
-class HandshakeError(Exception):
-    """The upgrade request is unacceptable: answer `reject(status)` and close."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(f"{status}: {reason}")
-        self.status = status
-        self.reason = reason
-
-
-class ProtocolError(Exception):
-    """The peer broke the framing rules: answer `close(code)` and close."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(f"{code}: {reason}")
-        self.code = code
-        self.reason = reason
-
-
-class LocalProtocolError(Exception):
-    """This side used the connection wrongly."""
+SUBPROTOCOLS = ("mqtt", "mqttv3.1")  # accepted; the first of them the client offers is chosen
+MAX_HEADER_BYTES = 8192
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
-    """The HTTP upgrade request."""
+class Payload:
+    """MQTT bytes from the peer."""
 
-    path: str  # without the query string
-    subprotocols: tuple[str, ...]
-    origin: str | None
-    headers: dict[str, str]  # lower-case names, repeated headers joined with ", "
-
-
-@dataclass(frozen=True, slots=True)
-class Data:
     data: bytes
 
 
 @dataclass(frozen=True, slots=True)
-class Ping:
-    payload: bytes
+class Reply:
+    """Bytes for the peer (the 101 response, a pong)."""
+
+    data: bytes
 
 
 @dataclass(frozen=True, slots=True)
-class Pong:
-    payload: bytes
+class Refused:
+    """The upgrade is refused: send `data` (an HTTP error response), then close the socket."""
 
-
-@dataclass(frozen=True, slots=True)
-class CloseReceived:
-    code: int | None  # None: the close frame carried no status code
+    status: int
     reason: str
+    data: bytes
 
 
-Event = Request | Data | Ping | Pong | CloseReceived
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """The WebSocket ends: send `data` (a close frame), then close the socket."""
+
+    code: int
+    reason: str
+    data: bytes
+    by_peer: bool  # the peer closed; otherwise it broke the protocol or a limit
 
 
-def accept_key(key: str) -> str:
-    """`Sec-WebSocket-Accept` for a `Sec-WebSocket-Key`."""
-    digest = hashlib.sha1((key + GUID).encode("ascii"), usedforsecurity=False).digest()
-    return base64.b64encode(digest).decode("ascii")
+Event = Payload | Reply | Refused | Closed
 
 
-def unmask(data: bytes | bytearray, mask: bytes, offset: int) -> bytes:
-    """XOR `data` with the 4-byte `mask`, starting `offset` bytes into the frame payload."""
-    size = len(data)
-    if not size:
-        return b""
-    shift = offset % 4
-    rotated = mask[shift:] + mask[:shift]
-    key = (rotated * (size // 4 + 1))[:size]
-    value = int.from_bytes(data, "little") ^ int.from_bytes(key, "little")
-    return value.to_bytes(size, "little")
+class MQTTWebSocket:
+    """The server side of one MQTT-over-WebSocket connection (see the module comment)."""
 
-
-def frame(opcode: int, payload: bytes) -> bytes:
-    """One unmasked, final server frame."""
-    size = len(payload)
-    first = 0x80 | opcode
-    if size < 126:
-        header = bytes((first, size))
-    elif size < 65536:
-        header = struct.pack("!BBH", first, 126, size)
-    else:
-        header = struct.pack("!BBQ", first, 127, size)
-    return header + payload
-
-
-def _valid_close_code(code: int) -> bool:
-    return code in (1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011) or (
-        3000 <= code <= 4999
-    )
-
-
-class ServerConnection:
-    """The server side of one WebSocket connection (see the module comment)."""
-
-    def __init__(self, max_header_bytes: int = 8192) -> None:
-        self.state = State.HANDSHAKE
+    def __init__(self, path: str, origins: Sequence[str] | None, max_message_size: int,
+                 max_header_bytes: int = MAX_HEADER_BYTES) -> None:
+        self.path = path
+        self.origins = origins
+        self.max_message_size = max_message_size
         self.max_header_bytes = max_header_bytes
-        self._buffer = bytearray()
-        self._key = ""
-        # the frame being read
-        self._opcode = -1  # -1: no frame header read yet
-        self._mask = b""
-        self._remaining = 0
-        self._offset = 0
-        self._fragmented = False  # a data message is open (FIN not yet seen)
-        self._opened = False
-        self._close_sent = False
+        # until the upgrade: the request's parser; after it: the frames' (the handshake's
+        # objects are dropped then, a connection keeps only what it needs)
+        self._http: h11.Connection | None = h11.Connection(
+            h11.SERVER, max_incomplete_event_size=max_header_bytes)
+        self._received = 0  # bytes fed to h11 before the request was complete
+        self._ws: Connection | None = None
+        self._message_bytes = 0  # of the binary message being received
+        self._finished = False  # refused or closed: later bytes are ignored
+
+    @property
+    def is_open(self) -> bool:
+        """The 101 was sent and no close frame yet: MQTT bytes can be sent."""
+        return self._ws is not None and self._ws.state is ConnectionState.OPEN
 
     # -- incoming ----------------------------------------------------------------------
 
     def receive(self, data: bytes) -> list[Event]:
-        """Feed bytes from the socket; returns the complete events they finish."""
-        if self.state is State.CLOSED:
+        """Feed bytes from the socket; returns what they call for, in order."""
+        if self._finished:
             return []
-        self._buffer += data
-        if self.state is State.HANDSHAKE:
-            return self._receive_request()
-        if self.state is State.ACCEPTING:
-            return []  # frames sent ahead of our 101 are kept until accept()
-        return self._receive_frames()
+        if self._ws is None:
+            return self._receive_request(data)
+        self._ws.receive_data(data)
+        return self._receive_frames(self._ws)
 
-    def _receive_request(self) -> list[Event]:
-        end = self._buffer.find(b"\r\n\r\n")
-        if end < 0:
-            if len(self._buffer) > self.max_header_bytes:
-                raise HandshakeError(431, "request header too large")
-            return []
-        if end + 4 > self.max_header_bytes:
-            raise HandshakeError(431, "request header too large")
-        head = bytes(self._buffer[:end])
-        del self._buffer[:end + 4]
-        request = self._parse_request(head)
-        self.state = State.ACCEPTING
-        return [request]
-
-    def _parse_request(self, head: bytes) -> Request:
+    def _receive_request(self, data: bytes) -> list[Event]:
+        parser = self._http
+        assert parser is not None
+        parser.receive_data(data)
+        self._received += len(data)
         try:
-            text = head.decode("latin-1")
-        except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
-            raise HandshakeError(400, "undecodable request") from None
-        lines = text.split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            raise HandshakeError(400, "not an HTTP request line")
-        method, target, version = parts
-        if method != "GET":
-            raise HandshakeError(405, "only GET can upgrade to a WebSocket")
-        if version != "HTTP/1.1":
-            raise HandshakeError(400, "HTTP/1.1 required")
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if not sep or not name or name != name.strip():
-                raise HandshakeError(400, "malformed header line")
-            key = name.lower()
-            value = value.strip()
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
-        if "websocket" not in headers.get("upgrade", "").lower() or "upgrade" not in tokens:
-            raise HandshakeError(400, "not a WebSocket upgrade request")
-        if headers.get("sec-websocket-version") != "13":
-            raise HandshakeError(426, "WebSocket version 13 required")
-        key = headers.get("sec-websocket-key", "")
+            request = parser.next_event()
+            if request is h11.NEED_DATA:
+                return []
+            assert isinstance(request, h11.Request)
+            end = parser.next_event()
+        except h11.RemoteProtocolError as exc:
+            return [self._refuse(exc.error_status_hint, str(exc))]
+        if not isinstance(end, h11.EndOfMessage):
+            return [self._refuse(400, "an upgrade request has no body")]
+        trailing = parser.trailing_data[0]
+        if self._received - len(trailing) > self.max_header_bytes:
+            return [self._refuse(431, "request header too large")]
+        refusal = self._check_http(request)
+        if refusal is not None:
+            return [refusal]
+        handshake = WSConnection(ConnectionType.SERVER)
+        try:
+            handshake.initiate_upgrade_connection(list(request.headers), request.target)
+        except RemoteProtocolError as exc:
+            hint = exc.event_hint
+            if isinstance(hint, RejectConnection):
+                return [self._refuse(hint.status_code, str(exc), list(hint.headers))]
+            return [self._refuse(400, str(exc))]
+        except UnicodeError:  # wsproto decodes Host, Connection, ... and the target strictly
+            return [self._refuse(400, "non-ASCII bytes in the upgrade request")]
+        [upgrade] = handshake.events()
+        assert isinstance(upgrade, Request)
+        refusal, subprotocol = self._check_upgrade(upgrade)
+        if refusal is not None:
+            return [refusal]
+        reply = Reply(handshake.send(AcceptConnection(subprotocol=subprotocol)))
+        self._http = None
+        # frames the client sent ahead of our 101 are the parser's trailing data
+        self._ws = ws = Connection(ConnectionType.SERVER, trailing_data=trailing)
+        return [reply, *self._receive_frames(ws)]
+
+    def _check_http(self, request: h11.Request) -> Refused | None:
+        """What wsproto leaves to the server: the method, HTTP/1.1 and the key's form."""
+        if request.method != b"GET":
+            return self._refuse(405, "only GET can upgrade to a WebSocket", [(b"Allow", b"GET")])
+        if request.http_version != b"1.1":
+            return self._refuse(400, "HTTP/1.1 required")
+        key = next((v for n, v in request.headers if n == b"sec-websocket-key"), b"")
         try:
             if len(base64.b64decode(key, validate=True)) != 16:
                 raise ValueError
         except (binascii.Error, ValueError):
-            raise HandshakeError(400, "bad Sec-WebSocket-Key") from None
-        self._key = key
-        protocols = tuple(
-            p.strip() for p in headers.get("sec-websocket-protocol", "").split(",") if p.strip()
-        )
-        path = target.split("?", 1)[0]
-        return Request(path, protocols, headers.get("origin"), headers)
+            return self._refuse(400, "bad Sec-WebSocket-Key")
+        return None
 
-    def _receive_frames(self) -> list[Event]:
+    def _check_upgrade(self, request: Request) -> tuple[Refused | None, str | None]:
+        """The listener's rules: path, Origin, subprotocol (chosen in the client's order)."""
+        path = request.target.split("?", 1)[0]
+        if path != self.path:
+            return self._refuse(404, f"MQTT is served at {self.path}"), None
+        origin = next((v.decode("latin-1") for n, v in request.extra_headers
+                       if n == b"origin"), None)
+        if self.origins and origin is not None and origin not in self.origins:
+            return self._refuse(403, f"origin {origin} is not allowed"), None
+        chosen = next((p for p in request.subprotocols if p in SUBPROTOCOLS), None)
+        if request.subprotocols and chosen is None:
+            return self._refuse(400, "subprotocol mqtt required"), None
+        return None, chosen
+
+    def _refuse(self, status: int, reason: str,
+                headers: list[tuple[bytes, bytes]] | None = None) -> Refused:
+        self._finished = True
+        body = reason.encode("utf-8", "replace") + b"\n"
+        response = h11.Response(
+            status_code=status, reason=http.HTTPStatus(status).phrase,
+            headers=[*(headers or []), (b"Content-Type", b"text/plain; charset=utf-8"),
+                     (b"Content-Length", str(len(body)).encode()), (b"Connection", b"close")],
+        )
+        # h11 answers even a request it could not parse (a server may send its 4xx then)
+        parser = self._http
+        assert parser is not None
+        data = (parser.send(response) or b"") + (parser.send(h11.Data(data=body)) or b"")
+        return Refused(status, reason, data)
+
+    def _receive_frames(self, ws: Connection) -> list[Event]:
         events: list[Event] = []
-        chunks: list[bytes] = []
-        buffer = self._buffer
-        while self.state is State.OPEN:
-            if self._opcode < 0 and not self._read_header():
-                break
-            if self._opcode in _DATA_OPS:
-                if self._remaining and buffer:
-                    take = min(self._remaining, len(buffer))
-                    chunks.append(unmask(buffer[:take], self._mask, self._offset))
-                    del buffer[:take]
-                    self._remaining -= take
-                    self._offset += take
-                if self._remaining:
+        payload: list[bytes | bytearray] = []  # consecutive binary payload, passed on as one
+        closed: Closed | None = None
+        for event in ws.events():
+            if isinstance(event, BytesMessage):
+                self._message_bytes += len(event.data)
+                if self._message_bytes > self.max_message_size:
+                    closed = self._close_for(CloseReason.MESSAGE_TOO_BIG,
+                                             f"message over {self.max_message_size} bytes")
                     break
-                self._opcode = -1
+                if event.message_finished:
+                    self._message_bytes = 0
+                payload.append(event.data)
                 continue
-            # control frame: needs its whole (small) payload
-            if len(buffer) < self._remaining:
+            if payload:
+                events.append(Payload(b"".join(payload)))
+                payload = []
+            if isinstance(event, Ping):
+                events.append(Reply(ws.send(event.response())))
+            elif isinstance(event, TextMessage):
+                closed = self._close_for(CloseReason.UNSUPPORTED_DATA,
+                                         "MQTT is carried in binary frames only")
                 break
-            payload = unmask(buffer[:self._remaining], self._mask, 0)
-            del buffer[:self._remaining]
-            opcode, self._opcode = self._opcode, -1
-            if chunks:
-                events.append(Data(b"".join(chunks)))
-                chunks = []
-            events.append(self._control_event(opcode, payload))
-        if chunks:
-            events.append(Data(b"".join(chunks)))
+            elif isinstance(event, CloseConnection):
+                closed = self._closed_by(ws, event)
+                break
+            # a Pong needs nothing
+        if payload:
+            events.append(Payload(b"".join(payload)))
+        if closed is not None:
+            events.append(closed)
         return events
 
-    def _read_header(self) -> bool:
-        buffer = self._buffer
-        if len(buffer) < 2:
-            return False
-        first, second = buffer[0], buffer[1]
-        fin = bool(first & 0x80)
-        opcode = first & 0x0F
-        size = second & 0x7F
-        # Everything the first two bytes tell is checked before waiting for the rest.
-        if first & 0x70:
-            raise ProtocolError(1002, "reserved bits set without an extension")
-        if not second & 0x80:
-            raise ProtocolError(1002, "client frames must be masked")
-        if opcode in _CONTROL_OPS:
-            if not fin or size > 125:
-                raise ProtocolError(1002, "control frames must be final and at most 125 bytes")
-        elif opcode == OP_CONTINUATION:
-            if not self._fragmented:
-                raise ProtocolError(1002, "continuation frame without a message")
-        elif opcode in (OP_TEXT, OP_BINARY):
-            if self._fragmented:
-                raise ProtocolError(1002, "new message before the last one was finished")
-            if opcode == OP_TEXT:
-                raise ProtocolError(1003, "MQTT is carried in binary frames only")
-        else:
-            raise ProtocolError(1002, f"unknown opcode {opcode:#x}")
-        need = 2 + (2 if size == 126 else 8 if size == 127 else 0) + 4
-        if len(buffer) < need:
-            return False
-        if size == 126:
-            size = struct.unpack_from("!H", buffer, 2)[0]
-        elif size == 127:
-            size = struct.unpack_from("!Q", buffer, 2)[0]
-            if size >> 63:
-                raise ProtocolError(1002, "frame length has the top bit set")
-        if opcode in _DATA_OPS:
-            self._fragmented = not fin
-        self._mask = bytes(buffer[need - 4:need])
-        del buffer[:need]
-        self._opcode = opcode
-        self._remaining = size
-        self._offset = 0
-        return True
+    def _closed_by(self, ws: Connection, event: CloseConnection) -> Closed:
+        """A close frame from the peer, or wsproto's report of a framing error."""
+        if ws.state is not ConnectionState.REMOTE_CLOSING:  # a framing error: still OPEN
+            return self._close_for(event.code, event.reason or "")
+        code = CloseReason.NORMAL_CLOSURE if event.code == CloseReason.NO_STATUS_RCVD else (
+            event.code)
+        self._finished = True
+        return Closed(event.code, event.reason or "", ws.send(CloseConnection(code)), True)
 
-    def _control_event(self, opcode: int, payload: bytes) -> Event:
-        if opcode == OP_PING:
-            return Ping(payload)
-        if opcode == OP_PONG:
-            return Pong(payload)
-        self.state = State.CLOSED
-        if not payload:
-            return CloseReceived(None, "")
-        if len(payload) == 1:
-            raise ProtocolError(1002, "close frame with a 1-byte body")
-        code = struct.unpack_from("!H", payload)[0]
-        if not _valid_close_code(code):
-            raise ProtocolError(1002, f"invalid close code {code}")
-        try:
-            reason = payload[2:].decode("utf-8")
-        except UnicodeDecodeError:
-            raise ProtocolError(1007, "close reason is not UTF-8") from None
-        return CloseReceived(code, reason)
+    def _close_for(self, code: int, reason: str) -> Closed:
+        return Closed(code, reason, self.close(code, reason), False)
 
     # -- outgoing ----------------------------------------------------------------------
 
-    def accept(self, subprotocol: str | None) -> bytes:
-        """The 101 response; frames the client sent early are parsed by `receive(b"")`."""
-        if self.state is not State.ACCEPTING:
-            raise LocalProtocolError(f"accept() in state {self.state.value}")
-        self.state = State.OPEN
-        self._opened = True
-        lines = [
-            "HTTP/1.1 101 Switching Protocols",
-            "Upgrade: websocket",
-            "Connection: Upgrade",
-            f"Sec-WebSocket-Accept: {accept_key(self._key)}",
-        ]
-        if subprotocol:
-            lines.append(f"Sec-WebSocket-Protocol: {subprotocol}")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
-
-    def reject(self, status: int, reason: str = "", headers: dict[str, str] | None = None
-               ) -> bytes:
-        """An HTTP error response (the caller closes the socket after sending it)."""
-        if self.state not in (State.HANDSHAKE, State.ACCEPTING):
-            raise LocalProtocolError(f"reject() in state {self.state.value}")
-        self.state = State.CLOSED
-        body = (reason or _REASONS.get(status, "Error")).encode("utf-8", "replace") + b"\n"
-        lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
-                 "Content-Type: text/plain; charset=utf-8",
-                 f"Content-Length: {len(body)}", "Connection: close"]
-        for name, value in (headers or {}).items():
-            lines.append(f"{name}: {value}")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
     def send(self, data: bytes) -> bytes:
-        """One binary frame carrying `data`."""
-        if self.state is not State.OPEN:
-            raise LocalProtocolError(f"send() in state {self.state.value}")
-        return frame(OP_BINARY, data)
-
-    def pong(self, payload: bytes) -> bytes:
-        if self.state is not State.OPEN:
+        """One BINARY frame carrying `data` (b"" before the 101 or after a close)."""
+        if not self.is_open:
             return b""
-        return frame(OP_PONG, payload[:125])
+        assert self._ws is not None
+        return self._ws.send(BytesMessage(data=data))
 
-    def ping(self, payload: bytes = b"") -> bytes:
-        if self.state is not State.OPEN:
-            raise LocalProtocolError(f"ping() in state {self.state.value}")
-        return frame(OP_PING, payload[:125])
-
-    def close(self, code: int = 1000, reason: str = "") -> bytes:
-        """A close frame: once, and only after `accept` (b"" otherwise)."""
-        self.state = State.CLOSED
-        if not self._opened or self._close_sent:
+    def close(self, code: int = CloseReason.NORMAL_CLOSURE, reason: str = "") -> bytes:
+        """A close frame: once, and only after the 101 (b"" otherwise)."""
+        self._finished = True
+        ws = self._ws
+        if ws is None or ws.state not in (ConnectionState.OPEN,
+                                           ConnectionState.REMOTE_CLOSING):
             return b""
-        self._close_sent = True
-        return frame(OP_CLOSE, struct.pack("!H", code) + reason.encode("utf-8")[:123])
+        return ws.send(CloseConnection(code, reason))

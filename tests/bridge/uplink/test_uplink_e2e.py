@@ -54,7 +54,7 @@ class Recorder:
         else:
             self.client.connect("127.0.0.1", self.port)
         self.client.loop_start()
-        assert self.subscribed.wait(10)
+        assert self.subscribed.wait(30)
         return self
 
     def stop(self) -> None:
@@ -202,6 +202,9 @@ def test_inbound_commands_arrive_locally_and_are_not_echoed(
 def test_overflow_drops_oldest_and_counts(
     cloud: Mosquitto, broker_factory: Callable[..., BrokerProcess]
 ) -> None:
+    # The recorder's session is made before the outage and kept by the cloud (persistence):
+    # however fast the drain after the restart, every message has somewhere to go.
+    Recorder(cloud.port, "site7/#", client_id="overflow-recorder", clean=False).start().stop()
     cloud.stop()
     gateway = broker_factory(uplink_config(cloud.port, max_messages=10))
     publish_local(gateway.port, [(f"devices/m/{i}", b"%d" % i) for i in range(30)])
@@ -209,12 +212,13 @@ def test_overflow_drops_oldest_and_counts(
     try:
         wait_for(lambda: any(
             json.loads(m.payload)["dropped"] == 20 for m in list(status.messages)
-        ))
+        ), timeout=60)
         cloud.start()
-        recorder = Recorder(cloud.port, "site7/#").start()
+        recorder = Recorder(cloud.port, "site7/#", client_id="overflow-recorder",
+                            clean=False).start()
         wait_for(lambda: json.loads(status.messages[-1].payload)["backlog_messages"] == 0,
-                 timeout=30)
-        wait_for(lambda: recorder.count() >= 10)
+                 timeout=120)
+        wait_for(lambda: recorder.count() >= 10, timeout=60)
         assert sorted(int(props(m)["seq"]) for m in recorder.messages) == list(range(21, 31))
         assert "dropped 1 message(s) (drop-oldest)" in gateway.log()
         recorder.stop()

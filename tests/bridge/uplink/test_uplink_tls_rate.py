@@ -67,7 +67,9 @@ def test_drain_after_an_outage_respects_the_rate_limit(
         started = time.monotonic()
         recorder = Recorder(cloud.port, "site7/#", client_id="rate-recorder", clean=False).start()
         # at least once: a copy resent after a slow PUBACK may arrive twice; every id must come
-        wait_for(lambda: len(seqs_of(recorder)) >= 300, timeout=60)
+        # The gateway reconnects within backoff_max (1 s in uplink_config) of the restart; the
+        # drain then takes ~3 s at 100 msg/s. The bound only stops a broken drain from hanging.
+        wait_for(lambda: len(seqs_of(recorder)) >= 300, timeout=180)
         elapsed = time.monotonic() - started
         recorder.stop()
         # 300 messages at 100/s with one second of burst cannot arrive in under ~2 s; a slow

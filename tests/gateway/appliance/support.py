@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from tests.support.broker_proc import BrokerProcess, launch
 from tests.support.rtu_device import RtuDevice, crc_bytes
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _STATUS_LOG = re.compile(r"status page, /status and /metrics on (http://\S+)")
 T = TypeVar("T")
 

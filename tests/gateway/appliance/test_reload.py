@@ -82,13 +82,14 @@ def test_broken_file_is_refused_and_the_running_config_kept(tmp_path: Path) -> N
                 '[limits]\nmax_connections = "many"\nqueue_overflow = "explode"\n'
                 "[sys]\ninterval = -1\n[nonsense]\nx = 1\n")
             outpost.hup()
-            wait_until(lambda: "keeping the running configuration" in outpost.log(),
-                       what="refusal")
+            # the summary line comes first, then one line per error: wait for all of them
+            paths = ("limits.max_connections", "limits.queue_overflow", "sys.interval",
+                     "nonsense")
+            wait_until(lambda: all(f"reload: {path}: " in outpost.log() for path in paths),
+                       what="every error of the refused file")
             log = outpost.log()
             assert "is invalid (4 errors)" in log
-            for path in ("limits.max_connections", "limits.queue_overflow", "sys.interval",
-                         "nonsense"):
-                assert f"reload: {path}: " in log, path
+            assert "keeping the running configuration" in log
             assert "'explode'" in log  # the allowed values and what was given
             # Still the old limit (2): a second client gets in, a third does not.
             with RawClient(outpost.host, outpost.port) as second:

@@ -34,7 +34,7 @@ import pytest
 from gateway.broker.codec import MQTT_3_1_1
 from tests.gateway.broker.e2e.helpers import TIMEOUT, RawClient, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 _LISTENING = re.compile(r"outpost: listening on (?:unix:(\S+)|(\S+):(\d+)(?: \((\w+)\))?)$")
 PREAMBLE = "[status]\nenabled = false\n[sys]\ninterval = 0.5\n"
 
@@ -360,6 +360,15 @@ class WSSocket:
         opcode, payload = buf[0] & 0x0F, bytes(buf[offset:offset + size])
         del buf[:offset + size]
         return opcode, payload
+
+    def next_frame(self) -> tuple[int, bytes]:
+        """The next frame from the server as it came: (opcode, payload); (-1, b"") at EOF."""
+        while (parsed := self._frame()) is None:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return -1, b""
+            self.buffer += chunk
+        return parsed
 
     def recv(self, size: int) -> bytes:
         while True:

@@ -16,7 +16,7 @@ from gateway.base.settings import ConfigError
 from gateway.broker.contracts.passwords import hash_password
 from gateway.broker.net.security_files import read_policies
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 PLAIN = "alice:plaintext\n"  # not a hash
 BAD_ACL = "user alice\ntopic bogus plant/#\n"
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.gateway.broker.e2e.helpers import RawClient
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 OUTPOST = [sys.executable, "-m", "gateway"]
 
 

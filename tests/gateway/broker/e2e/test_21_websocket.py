@@ -1,7 +1,9 @@
 """21 websocket: MQTT over WebSockets (subprotocol `mqtt`, binary frames) and secure WebSockets
 with paho-mqtt (`transport="websockets"`) and a raw WebSocket client: packets split across and
-packed into frames, fragmented messages, ping, refused upgrades (path, origin, subprotocol),
-protocol errors and a client that never finishes the upgrade."""
+packed into frames, fragmented messages, ping (also between fragments), refused upgrades (path,
+origin, subprotocol), the subprotocol chosen from a list, protocol errors and their close codes
+(1002, 1003, 1007, 1009 for a message over the packet size limit), a clean close on DISCONNECT
+and a client that never finishes the upgrade."""
 
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.broker.codec import MQTT_5, Connect, Publish, encode
+from gateway.broker.codec.wire import enc_varint
 from tests.gateway.broker.auth.support import (
     PKI,
     Paho,
     SecureBroker,
+    SockClient,
     WSSocket,
     client_frame,
     make_pki,
@@ -38,9 +42,11 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
     return make_pki(tmp_path_factory.mktemp("pki"), clients=())
 
 
+MAX_PACKET = 131_072
 CONFIG = """\
 [limits]
 connect_timeout = 2
+max_packet_size = {max_packet}
 [[listeners]]
 bind = "127.0.0.1:0"
 [[listeners]]
@@ -62,7 +68,8 @@ origins = ["https://dash.local"]
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory, pki: PKI) -> Iterator[SecureBroker]:
     proc = start_secure_broker(tmp_path_factory.mktemp("ws"),
-                               CONFIG.format(cert=pki.server_cert, key=pki.server_key), 4)
+                               CONFIG.format(cert=pki.server_cert, key=pki.server_key,
+                                             max_packet=MAX_PACKET), 4)
     yield proc
     proc.stop()
 
@@ -152,6 +159,10 @@ def test_04_refused_upgrades(broker, request_bytes, status):
 @pytest.mark.parametrize(("frame", "code"), [
     (client_frame(0x1, b"\x10\x0c"), 1003),  # text frame
     (bytes((0x82, 0x02)) + b"\x10\x00", 1002),  # unmasked
+    (bytes((0xC2, 0x82)) + b"\x00" * 4 + b"\x10\x00", 1002),  # RSV1 without an extension
+    (client_frame(0x3, b""), 1002),  # reserved opcode
+    (client_frame(0x0, b"\x10\x00"), 1002),  # continuation without a message
+    (client_frame(0x8, struct.pack("!H", 1000) + b"\xff"), 1007),  # close reason not UTF-8
 ])
 def test_05_websocket_protocol_errors_close_the_connection(broker, frame, code):
     ws = broker.of("ws")
@@ -189,3 +200,92 @@ def test_08_mosquitto_clients_have_no_websocket_transport():
     if "unsupported URL scheme" in result.stderr:
         pytest.skip("mosquitto_sub has no websocket transport on this system (Debian build)")
     pytest.fail(f"mosquitto_sub seems to support websockets now: use it here ({result.stderr})")
+
+
+def test_09_packets_packed_in_a_frame_and_split_over_fragments_with_a_ping(broker):
+    ws = broker.of("ws")
+    with ws_client(ws) as sub:
+        assert sub.connect("c21-09-sub") == ACCEPTED
+        sub.subscribe(("c21/09", 0))
+        sock = tcp_socket(ws.host, ws.port)
+        wsock = WSSocket(sock)
+        connect = encode(Connect("c21-09-pub", 4, True, 30), 4)
+        packed = encode(Publish("c21/09", b"packed with the CONNECT", 0), 4)
+        split = encode(Publish("c21/09", b"split over three fragments", 0), 4)
+        sock.sendall(client_frame(0x2, connect + packed))  # two packets, one frame
+        assert wsock.next_frame() == (0x2, ACCEPTED)
+        # one packet over a fragmented message; a ping between the fragments is answered
+        # before the message is finished
+        sock.sendall(client_frame(0x2, split[:3], fin=False) + client_frame(0x9, b"mid"))
+        assert wsock.next_frame() == (0xA, b"mid")
+        sock.sendall(client_frame(0x0, split[3:10], fin=False) + client_frame(0x0, split[10:]))
+        got = sub.receive_publishes(2)
+        assert [p.payload for p in got] == [b"packed with the CONNECT",
+                                            b"split over three fragments"]
+        sock.close()
+
+
+def test_10_a_message_over_the_packet_size_limit_is_refused_with_1009(broker):
+    ws = broker.of("ws")
+    with tcp_socket(ws.host, ws.port) as sock:
+        wsock = WSSocket(sock)
+        sock.sendall(client_frame(0x2, encode(Connect("c21-10", 4, True, 30), 4)))
+        assert wsock.next_frame() == (0x2, ACCEPTED)
+        # valid small packets, so only the WebSocket layer can object: a first fragment of
+        # exactly the limit is fine, the next fragment takes the message over it
+        packet = encode(Publish("c21/10", b"x" * 100, 0), 4)
+        fits = packet * (MAX_PACKET // len(packet))
+        sock.sendall(client_frame(0x2, fits, fin=False) + client_frame(0x0, packet))
+        opcode, payload = wsock.next_frame()
+        assert (opcode, payload[:2]) == (0x8, struct.pack("!H", 1009)), payload
+        assert wsock.next_frame() == (-1, b"")
+    with ws_client(ws) as client:  # the listener still serves
+        assert client.connect("c21-10b") == ACCEPTED
+
+
+def test_11_a_packet_over_the_limit_is_refused_by_mqtt_before_its_frame_is_in(broker):
+    """A frame announcing 200 kB whose MQTT header announces a packet over the limit: MQTT's
+    own refusal (v5: DISCONNECT 0x95 Packet too large), then a normal close."""
+    ws = broker.of("ws")
+    with ws_client(ws, version=MQTT_5) as client:
+        connack = client.connect("c21-11")
+        assert connack[0] == 0x20 and connack[3] == 0
+        size = 200_000
+        header = bytes((0x82, 0xFF)) + struct.pack("!Q", size) + b"\x00" * 4  # mask 0
+        publish_head = bytes((0x30,)) + enc_varint(size - 4)
+        client.sock.sock.sendall(header + publish_head)  # and no more of the frame
+        disconnect = client.expect_closed()
+        assert disconnect[0] == 0xE0 and disconnect[2] == 0x95, disconnect  # + reason string
+        assert client.sock.close_code == 1000
+
+
+@pytest.mark.parametrize(("offered", "chosen"), [
+    ("chat, mqtt, mqttv3.1", b"mqtt"),
+    ("mqttv3.1", b"mqttv3.1"),
+    (None, None),  # none offered: accepted without one
+])
+def test_12_subprotocol_chosen_from_a_list(broker, offered, chosen):
+    ws = broker.of("ws")
+    with tcp_socket(ws.host, ws.port) as sock:
+        wsock = WSSocket(sock, protocol=offered)
+        headers = dict(line.split(b": ", 1) for line in wsock.head.split(b"\r\n")[1:])
+        assert {k.lower(): v for k, v in headers.items()}.get(b"sec-websocket-protocol") == chosen
+        client = SockClient(wsock)
+        assert client.connect("c21-12") == ACCEPTED
+
+
+def test_13_disconnect_ends_with_a_clean_close(broker):
+    with ws_client(broker.of("ws")) as client:
+        assert client.connect("c21-13") == ACCEPTED
+        client.send(bytes.fromhex("e0 00"))  # DISCONNECT
+        assert client.expect_closed() == b""
+        assert client.sock.close_code == 1000
+
+
+def test_14_close_without_a_code_is_answered_with_1000(broker):
+    ws = broker.of("ws")
+    with tcp_socket(ws.host, ws.port) as sock:
+        wsock = WSSocket(sock)
+        sock.sendall(client_frame(0x8, b""))
+        assert wsock.next_frame() == (0x8, struct.pack("!H", 1000))
+        assert wsock.next_frame() == (-1, b"")
