@@ -6,6 +6,7 @@ sees a removed point's config cleared after a SIGHUP reload.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -93,14 +94,21 @@ def retained_configs(client: PahoClient) -> dict[str, Any]:
     return found
 
 
-def test_every_point_is_discovered_with_the_required_keys(
-    sim: Simulator, broker_factory: Callable[..., BrokerProcess],
-) -> None:
-    gateway = broker_factory(config(sim.port))
+@contextlib.contextmanager
+def home_assistant(gateway: BrokerProcess, count: int,
+                   ) -> Iterator[tuple[PahoClient, dict[str, Any]]]:
+    """A client subscribed to the discovery prefix, once `count` configs arrived."""
     with PahoClient(gateway) as ha:
         ha.connect()
         ha.subscribe("homeassistant/#", 1)
-        configs = wait_for(lambda: len(found := retained_configs(ha)) == 5 and found, 15)
+        yield ha, wait_for(lambda: len(found := retained_configs(ha)) == count and found, 15)
+
+
+def test_every_point_is_discovered_with_the_required_keys(
+    sim: Simulator, broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    with home_assistant(broker_factory(config(sim.port)), 5) as (_, configs):
+        pass
     components = {topic.split("/")[1] + ":" + topic.split("/")[3] for topic in configs}
     assert components == {"sensor:meter_power", "number:meter_setpoint", "select:meter_mode",
                           "switch:meter_relay", "binary_sensor:meter_alarm"}
@@ -129,10 +137,7 @@ def test_commands_write_through_the_bridge(
     sim: Simulator, broker_factory: Callable[..., BrokerProcess],
 ) -> None:
     gateway = broker_factory(config(sim.port))
-    with PahoClient(gateway) as ha:
-        ha.connect()
-        ha.subscribe("homeassistant/#", 1)
-        configs = wait_for(lambda: len(found := retained_configs(ha)) == 5 and found, 15)
+    with home_assistant(gateway, 5) as (ha, configs):
         number = configs["homeassistant/number/gw-7/meter_setpoint/config"]
         ha.publish(number["command_topic"],
                    number["command_template"].replace("{{ value }}", "1234").encode(), 1)
@@ -152,10 +157,7 @@ def test_removed_point_is_cleared_after_reload(
     sim: Simulator, broker_factory: Callable[..., BrokerProcess], tmp_path: Path,
 ) -> None:
     gateway = broker_factory(config(sim.port))
-    with PahoClient(gateway) as ha:
-        ha.connect()
-        ha.subscribe("homeassistant/#", 1)
-        wait_for(lambda: len(retained_configs(ha)) == 5, 15)
+    with home_assistant(gateway, 5) as (ha, _):
         config_file = tmp_path / "broker0" / "outpost.toml"
         kept = "\n".join(line for line in POINTS.splitlines() if '"alarm"' not in line)
         config_file.write_text(config(sim.port, kept), encoding="utf-8")
@@ -163,11 +165,8 @@ def test_removed_point_is_cleared_after_reload(
         topic = "homeassistant/binary_sensor/gw-7/meter_alarm/config"
         wait_for(lambda: retained_configs(ha).get(topic, "") is None, 15,
                  message="the removed point's config was not cleared")
-    with PahoClient(gateway) as late:  # the clear is retained: nothing left to discover
-        late.connect()
-        late.subscribe("homeassistant/#", 1)
-        wait_for(lambda: len(retained_configs(late)) == 4, 15)
-        assert topic not in retained_configs(late)
+    with home_assistant(gateway, 4) as (_, configs):  # the clear is retained
+        assert topic not in configs
 
 
 def test_configs_a_previous_run_left_are_cleared_at_start(
@@ -175,18 +174,13 @@ def test_configs_a_previous_run_left_are_cleared_at_start(
 ) -> None:
     state = tmp_path / "state"
     first = broker_factory(config(sim.port), "--state-dir", str(state))
-    with PahoClient(first) as ha:
-        ha.connect()
-        ha.subscribe("homeassistant/#", 1)
-        wait_for(lambda: len(retained_configs(ha)) == 5, 15)
+    with home_assistant(first, 5):
+        pass
     first.stop()
     kept = "\n".join(line for line in POINTS.splitlines() if '"alarm"' not in line)
     second = broker_factory(config(sim.port, kept), "--state-dir", str(state))
-    with PahoClient(second) as ha:
-        ha.connect()
-        ha.subscribe("homeassistant/#", 1)
-        wait_for(lambda: len(retained_configs(ha)) == 4, 15)
-        assert "homeassistant/binary_sensor/gw-7/meter_alarm/config" not in retained_configs(ha)
+    with home_assistant(second, 4) as (_, configs):
+        assert "homeassistant/binary_sensor/gw-7/meter_alarm/config" not in configs
 
 
 def test_unknown_device_in_homeassistant_devices_is_refused() -> None:
