@@ -8,16 +8,22 @@ that holds them, so their path names the list and the message names the entries
 (`points.4 'current' overlaps points.3 'voltage'`).
 
 A device's points may live in an included file (`map = "maps/sdm630.toml"`, relative to the
-main config file): the file holds `points` and optional device defaults (`address_base`,
-`byte_order`, `groups`, limits); the device's own keys win, its own points come after the map's.
-Errors inside a map name the file and the path inside it.
+main config file) or in a profile shipped with outpost (`map = "profile:eastron-sdm630"`, the
+files of `bridge/profiles/`): the file holds `points` and optional device defaults
+(`address_base`, `byte_order`, `groups`, limits); the device's own keys win, its own points come
+after the map's. Errors inside a map name the file and the path inside it.
+
+The device key for the Modbus unit id is `unit_id`; the old spelling `unit` (which collided with
+a point's engineering `unit`) is still read, with a warning naming the new key.
 
 Pure: pydantic, tomllib and the bridge's pure converters; no I/O apart from reading map files.
 """
 
 from __future__ import annotations
 
+import difflib
 import itertools
+import logging
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -26,6 +32,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -44,6 +51,7 @@ from bridge.modbus.convert import (
 )
 from bridge.modbus.plan import BIT_TABLES, MAX_BITS, MAX_REGISTERS, Read, Span, plan_reads
 from bridge.serial.config import Name, ReportFields, SerialDeviceConfig, check_unique
+from gateway.base.settings import format_errors
 
 Table = Literal["coil", "discrete", "holding", "input"]
 DataType = Literal[
@@ -56,6 +64,11 @@ Seconds = Annotated[float, Field(gt=0)]
 Prefix = Annotated[str, Field(pattern=r"^[^/+#$\s][^+#\s]*[^/+#\s]$|^[^/+#$\s]$")]
 MAP_KEYS = {"address_base", "byte_order", "groups", "max_registers", "max_bits", "max_gap",
             "points", "description"}
+PROFILE_PREFIX = "profile:"
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+# The 5-digit / 6-digit manual notations: the leading digit names the table.
+NOTATION_TABLE = {0: "coil", 1: "discrete", 3: "input", 4: "holding"}
+log = logging.getLogger("outpost.config")
 
 
 class _Model(BaseModel):
@@ -108,7 +121,8 @@ class PointConfig(ReportFields):
 
     name: Name
     table: Table = "holding"
-    address: Annotated[int, Field(ge=0, le=65536)]
+    address: Annotated[int, Field(ge=0, description="in the device's address_base; a "
+                                  "manual's 3xxxx/4xxxx notation without its leading digit")]
     type: DataType | None = Field(default=None, description="default: bool on bit tables, "
                                   "uint16 on register tables")
     count: Annotated[int, Field(ge=1)] | None = Field(default=None, description="string registers")
@@ -178,7 +192,7 @@ class DeviceConfig(_Model):
 
     name: Name
     bus: str
-    unit: Annotated[int, Field(ge=0, le=255)]
+    unit_id: Annotated[int, Field(ge=0, le=255)] = Field(description="the Modbus unit id")
     address_base: Literal[0, 1] = Field(description="1 when the manual counts registers from 1")
     byte_order: Order = "ABCD"
     poll_interval: Annotated[float, Field(ge=0)] = 1.0
@@ -203,6 +217,10 @@ class DeviceConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _include_map(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and "unit" in data and "unit_id" not in data:
+            log.warning("device %r: the key `unit` is now `unit_id` (the Modbus unit id); "
+                        "`unit` is still read", data.get("name", "?"))
+            data = {("unit_id" if key == "unit" else key): value for key, value in data.items()}
         if not isinstance(data, dict) or not isinstance(data.get("map"), str):
             return data
         base = (info.context or {}).get("base_dir") or Path.cwd()
@@ -218,7 +236,10 @@ class DeviceConfig(_Model):
         byte_order = info.data.get("byte_order", "ABCD")
         groups = set(info.data.get("groups", {})) | {"default"}
         for i, point in enumerate(points):
-            if point.address < base:
+            notation = _notation_problem(point, base)
+            if notation:
+                problems.append(f"points.{i} {point.name!r}: {notation}")
+            elif point.address < base:
                 problems.append(f"points.{i} {point.name!r}: address {point.address} is below "
                                 f"address_base {base}")
             elif point.address - base + point.size > 65536:
@@ -275,6 +296,40 @@ class DeviceConfig(_Model):
                 for group, spans in groups.items()}
 
 
+def _notation_problem(point: PointConfig, base: int) -> str | None:
+    """Why an address written in a manual's 3xxxx/4xxxx (or 0xxxx/1xxxx) notation is wrong.
+
+    Manuals write input register 73 as 30073 (or 300073) and holding register 1 as 40001: the
+    first digit is the table, the rest counts from 1. With `address_base = 1` (the manual's
+    counting) an address of 30001-39999 on the input table, 40001-49999 on holding or
+    10001-19999 on discrete inputs is that notation copied whole: the wire address would be
+    30000 higher than meant and the read would fail only at run time with exception 2 (coils'
+    0xxxx notation cannot be told from a plain address).
+    With `address_base = 0` such addresses are real (SunSpec devices start at 40000, SMA
+    inverters use 30775 on the wire), so they pass. The 6-digit notation (300001) and anything
+    else past 65535 cannot exist at all.
+    """
+    address = point.address
+    if address > 65535 + base:
+        return (f"address {address} cannot exist (a table has 65536 entries: 0-65535, or "
+                f"1-65536 with address_base 1){_notation_hint(point, base)}")
+    if (base == 1 and 10001 <= address <= 49999
+            and NOTATION_TABLE.get(address // 10000) == point.table):
+        return (f"address {address} looks like the manual's {address // 10000}xxxx notation "
+                f"for {point.table} register {address % 10000}: write address = "
+                f"{address % 10000} (with address_base 1)")
+    return None
+
+
+def _notation_hint(point: PointConfig, base: int) -> str:
+    digit = point.address // 100000
+    if NOTATION_TABLE.get(digit) == point.table:
+        number = point.address % 100000
+        return (f"; {point.address} looks like the 6-digit {digit}xxxxx notation for "
+                f"{point.table} register {number}: write address = {number - 1 + base}")
+    return ""
+
+
 def _overlaps(points: list[PointConfig], base: int) -> list[str]:
     problems = []
     by_table: dict[str, list[tuple[int, int, int]]] = {}
@@ -313,9 +368,42 @@ def _shared_converters(buses: list[BusConfig]) -> list[str]:
     return problems
 
 
+def _unknown_buses(data: dict[str, Any]) -> list[str]:
+    """`devices.N 'name': unknown bus` for the raw entries of a `[bridge]` table."""
+    buses, devices = data.get("buses"), data.get("devices")
+    if not isinstance(buses, list):
+        buses = []
+    if not isinstance(devices, list):
+        return []
+    names = sorted({b["name"] for b in buses if isinstance(b, dict)
+                    and isinstance(b.get("name"), str)})
+    return [f"devices.{i} {d.get('name')!r}: unknown bus {d['bus']!r} "
+            f"(buses: {', '.join(names) or 'none'})"
+            for i, d in enumerate(devices)
+            if isinstance(d, dict) and isinstance(d.get("bus"), str) and d["bus"] not in names]
+
+
+def profile_names() -> list[str]:
+    """The device profiles shipped with outpost (`map = "profile:NAME"`)."""
+    return sorted(path.stem for path in PROFILE_DIR.glob("*.toml"))
+
+
+def map_path(base: Path, name: str) -> Path:
+    """Where a device map is: a shipped profile (`profile:NAME`) or a file relative to `base`."""
+    if not name.startswith(PROFILE_PREFIX):
+        return base / name
+    profile = name.removeprefix(PROFILE_PREFIX)
+    names = profile_names()
+    if profile not in names:
+        close = difflib.get_close_matches(profile, names, n=1)
+        hint = f"did you mean 'profile:{close[0]}'? " if close else ""
+        raise ValueError(f"map {name}: no such profile; {hint}profiles: {', '.join(names)}")
+    return PROFILE_DIR / f"{profile}.toml"
+
+
 def load_map(base: Path, name: str) -> dict[str, Any]:
     """Read an included device map; problems are raised as one ValueError naming the file."""
-    path = base / name
+    path = map_path(base, name)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -328,8 +416,7 @@ def load_map(base: Path, name: str) -> dict[str, Any]:
     try:
         _MapPoints.model_validate({"points": data.get("points", [])})
     except ValidationError as exc:
-        lines = [".".join(str(p) for p in err["loc"]) + ": " + err["msg"] for err in exc.errors()]
-        raise ValueError(f"map {name}: " + "; ".join(lines)) from None
+        raise ValueError(f"map {name}: " + "; ".join(format_errors(exc, _MapPoints))) from None
     return data
 
 
@@ -342,12 +429,38 @@ class BridgeConfig(_Model):
 
     prefix: Prefix = Field(default="devices", description="topics are <prefix>/<device>/<point>")
     qos: Literal[0, 1] = Field(default=0, description="QoS of point values")
-    retain: bool = Field(default=False, description="retain point values")
+    retain: bool = Field(
+        default=True, description="retain point values, so a client that subscribes later gets "
+        "the latest value of every point at once instead of waiting for a change or heartbeat")
     diagnostics_interval: Annotated[float, Field(ge=0)] = Field(
         default=10.0, description="seconds between diagnostics; 0 disables them")
     buses: list[BusConfig] = Field(default_factory=list)
     devices: list[DeviceConfig] = Field(default_factory=list)
     serial: list[SerialDeviceConfig] = Field(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _every_error_at_once(cls, data: Any, handler: ModelWrapValidatorHandler[BridgeConfig],
+                             ) -> BridgeConfig:
+        """Reference errors (a device on an unknown bus) come with the field errors.
+
+        The reference check below runs only once every device is valid; when some are not,
+        the references are checked here on the raw entries, so one `check-config` run lists
+        every problem.
+        """
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            errors: list[Any] = exc.errors()
+            if any("unknown bus" in err["msg"] for err in errors) or not isinstance(data, dict):
+                raise
+            extra: list[Any] = [
+                {"type": "value_error", "loc": ("devices",), "input": data.get("devices"),
+                 "ctx": {"error": ValueError(problem)}}
+                for problem in _unknown_buses(data)]
+            if not extra:
+                raise
+            raise ValidationError.from_exception_data(exc.title, [*errors, *extra]) from None
 
     @field_validator("buses")
     @classmethod
@@ -371,13 +484,14 @@ class BridgeConfig(_Model):
                 problems.append(f"devices.{i} {device.name!r}: unknown bus {device.bus!r} "
                                 f"(buses: {', '.join(sorted(buses)) or 'none'})")
                 continue
-            if buses[device.bus].type != "tcp" and not 1 <= device.unit <= 247:
-                problems.append(f"devices.{i} {device.name!r}: unit must be 1-247 on a "
+            if buses[device.bus].type != "tcp" and not 1 <= device.unit_id <= 247:
+                problems.append(f"devices.{i} {device.name!r}: unit_id must be 1-247 on a "
                                 f"serial line")
-            if (device.bus, device.unit) in units:
-                problems.append(f"devices.{i} {device.name!r}: unit {device.unit} is already "
-                                f"devices.{units[device.bus, device.unit]} on bus {device.bus!r}")
-            units[device.bus, device.unit] = i
+            if (device.bus, device.unit_id) in units:
+                problems.append(f"devices.{i} {device.name!r}: unit_id {device.unit_id} is "
+                                f"already devices.{units[device.bus, device.unit_id]} on bus "
+                                f"{device.bus!r}")
+            units[device.bus, device.unit_id] = i
         if problems:
             raise ValueError("; ".join(problems))
         return devices

@@ -199,7 +199,7 @@ class Bridge:
                 bus.channel.close()
         for poller in stopped_pollers.values():  # a restarted device counts from zero
             if poller.device.bus in buses:
-                buses[poller.device.bus].counters.pop(poller.device.unit, None)
+                buses[poller.device.bus].counters.pop(poller.device.unit_id, None)
         for name in stopping:
             if name not in new_names:
                 self._publish_status(name, False)
@@ -353,10 +353,12 @@ class Bridge:
         try:
             request = json.loads(message.payload)
         except (ValueError, UnicodeDecodeError):
-            self._result(result_topic, None, "payload is not JSON")
+            self._refused(device, point, message.payload[:64], None, result_topic,
+                          'payload is not JSON (expected {"id": ..., "value": ...})')
             return
         if not isinstance(request, dict) or "value" not in request:
-            self._result(result_topic, None, 'expected {"id": ..., "value": ...}')
+            self._refused(device, point, request, None, result_topic,
+                          'expected {"id": ..., "value": ...} ("id" is optional)')
             return
         ident = request.get("id")
         task = asyncio.get_running_loop().create_task(
@@ -370,26 +372,39 @@ class Bridge:
     async def _write(self, device: str, point: str, value: object, ident: object,
                      result_topic: str) -> None:
         try:
-            await self.write(device, point, value)
+            written, registers = await self.write(device, point, value)
         except (WriteError, CommandError) as exc:
-            log.info("bridge: write %s/%s = %r failed: %s", device, point, value, exc,
-                     extra={"device": device})
-            self._result(result_topic, ident, str(exc))
+            self._refused(device, point, value, ident, result_topic, str(exc))
             return
-        log.info("bridge: write %s/%s = %r done", device, point, value,
-                 extra={"device": device})
-        self._result(result_topic, ident, None)
+        log.info("bridge: write %s/%s = %r done (wrote %r, registers %s)", device, point, value,
+                 written, registers, extra={"device": device})
+        self._result(result_topic, ident, None, written, registers)
 
-    async def write(self, device: str, point: str, value: object) -> None:
-        """Write a point of a device (WriteError / CommandError with the reason)."""
+    async def write(self, device: str, point: str,
+                    value: object) -> tuple[object, list[int] | None]:
+        """Write a point of a device: what was written (after scaling and rounding) and the
+        registers it took (None for a serial command); WriteError / CommandError with the
+        reason."""
         if device in self.pollers:
-            await self.pollers[device].write(point, value)
-        elif device in self.serial:
+            return await self.pollers[device].write(point, value)
+        if device in self.serial:
             self.serial[device].command(point, value)
-        else:
-            raise WriteError(f"unknown device {device!r}")
+            return value, None
+        raise WriteError(f"unknown device {device!r}")
 
-    def _result(self, topic: str, ident: object, error: str | None) -> None:
+    def _refused(self, device: str, point: str, value: object, ident: object, topic: str,
+                 reason: str) -> None:
+        # WARNING: a refused write is a command that did not happen; operators filter on it.
+        log.warning("bridge: write %s/%s = %r refused: %s", device, point, value, reason,
+                    extra={"device": device})
+        self._result(topic, ident, reason)
+
+    def _result(self, topic: str, ident: object, error: str | None, value: object = None,
+                registers: list[int] | None = None) -> None:
+        """`{"id", "ok", "error", "value", "registers"}`: what was written, after scaling and
+        rounding (`value`), and the registers (bits for coils) it took; null when refused."""
         if self.link is not None:
-            payload = json.dumps({"id": ident, "ok": error is None, "error": error})
+            payload = json.dumps({"id": ident, "ok": error is None, "error": error,
+                                  "value": value if error is None else None,
+                                  "registers": registers if error is None else None})
             self.link.publish(topic, payload.encode(), 1, False)

@@ -16,6 +16,7 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,7 @@ def _ms(seconds: float) -> int:
 
 def job_params(name: str, args: argparse.Namespace) -> Any:
     """The parameter dataclass of job ``name`` from parsed flags (defaults if absent)."""
+    # The job modules import PySpark: only a command that runs a job pays for it.
     from cloud_spark.jobs.availability import AvailabilityParams
     from cloud_spark.jobs.health import HealthParams
     from cloud_spark.jobs.quality import QualityParams
@@ -218,8 +220,6 @@ def job_params(name: str, args: argparse.Namespace) -> Any:
 
 def run_job(name: str, spark: Any, root: str | None, out: str, params: Any) -> Any:
     """Run one job in an existing session (used by the CLI, tests and the benchmark)."""
-    from importlib import import_module
-
     if name == "silver" and not root:
         raise SystemExit("silver needs --root (the landing root that holds bronze/)")
     module = import_module(f"cloud_spark.jobs.{name}")
@@ -227,6 +227,7 @@ def run_job(name: str, spark: Any, root: str | None, out: str, params: Any) -> A
 
 
 def _run_jobs(args: argparse.Namespace) -> int:
+    # PySpark (the `cloud` extra) is imported by the commands that start Spark only.
     from pyspark.sql import SparkSession
 
     from cloud_spark.spark import get_spark
@@ -247,6 +248,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
 
 
 def _land(args: argparse.Namespace) -> int:
+    # The lander (aiomqtt) is imported by the `land` command only; the jobs never load it.
     from cloud_spark.lander import LanderConfig, run_lander
 
     host, port = args.broker

@@ -71,7 +71,8 @@ def config_text(port: int, devices: int, points: int, interval: float,
                   'host = "127.0.0.1"', f"port = {port}", "timeout = 1.0", ""]
     for unit in range(1, devices + 1):
         bus = (unit - 1) % connections
-        lines += ["[[bridge.devices]]", f'name = "d{unit}"', f'bus = "sim{bus}"', f"unit = {unit}",
+        lines += ["[[bridge.devices]]", f'name = "d{unit}"', f'bus = "sim{bus}"',
+                  f"unit_id = {unit}",
                   "address_base = 0", f"poll_interval = {interval}",
                   'report = "poll"  # deadband off: every point, every poll', "points = ["]
         lines += [f'  {{ name = "{name}", type = "{kind}", address = {address} }},'

@@ -118,7 +118,7 @@ def discovery_messages(bridge: BridgeConfig, config: HomeAssistantConfig,
     for device in devices:
         info = config.device(device.name)
         if isinstance(device, DeviceConfig):
-            model = info.model or device.description or f"Modbus unit {device.unit}"
+            model = info.model or device.description or f"Modbus unit {device.unit_id}"
         else:
             model = info.model or f"serial device on {device.device}"
         ha_device = {"identifiers": [f"{node}_{discovery_id(device.name)}"],

@@ -255,7 +255,8 @@ def encode(spec: ValueSpec, value: object) -> list[int]:
     if (spec.minimum is not None and number < spec.minimum) or (
         spec.maximum is not None and number > spec.maximum
     ):
-        raise ConvertError(f"{number} is outside [{spec.minimum}, {spec.maximum}]")
+        raise ConvertError(f"{_plain(number)} is outside [{_plain(spec.minimum)}, "
+                           f"{_plain(spec.maximum)}]")
     raw: float | int = (number - spec.offset) / spec.scale if (
         spec.scale != 1 or spec.offset) else number
     fmt, size = _NUMERIC[kind]
@@ -274,6 +275,13 @@ def encode(spec: ValueSpec, value: object) -> list[int]:
             word = ((word & 0xFF) << 8) | (word >> 8)
         return [word]
     return bytes_to_registers(data, spec.order, kind)
+
+
+def _plain(number: float | None) -> str:
+    """A bound as a person writes it: 1000, not 1000.0 (no bound: none)."""
+    if number is None:
+        return "none"
+    return str(int(number)) if float(number).is_integer() else repr(number)
 
 
 def _number_for(spec: ValueSpec, value: object) -> float | int:

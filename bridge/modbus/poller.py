@@ -65,7 +65,7 @@ class DevicePoller:
         self.online: bool | None = None
         self.failures = 0
         self.cycles = 0
-        self.counters = bus.counters_for(device.unit)
+        self.counters = bus.counters_for(device.unit_id)
         self.points: dict[str, PointRuntime] = {}
         for point in device.points:
             policy = ReportPolicy.resolve(point.report, device.report, point.deadband,
@@ -101,7 +101,7 @@ class DevicePoller:
             read = reads[index]
             try:
                 response = await self.bus.execute(
-                    Request(self.device.unit, read.function, read.address, read.count))
+                    Request(self.device.unit_id, read.function, read.address, read.count))
             except TransactionError as exc:
                 if exc.kind != "exception":
                     self._failed(exc)
@@ -172,7 +172,7 @@ class DevicePoller:
                 return
             try:
                 await self.bus.execute(
-                    Request(self.device.unit, first.function, first.address, first.count),
+                    Request(self.device.unit_id, first.function, first.address, first.count),
                     retries=0)
             except TransactionError as exc:
                 if exc.kind == "exception":
@@ -184,8 +184,10 @@ class DevicePoller:
                 continue
             self._answered()
 
-    async def write(self, name: str, value: object) -> None:
-        """Write a point; raises WriteError with a message for `.../set/result`."""
+    async def write(self, name: str, value: object) -> tuple[convert.Value, list[int]]:
+        """Write a point; returns what was written: the value after scaling and rounding, as
+        it reads back from the registers, and the registers. Raises WriteError with a message
+        for `.../set/result`."""
         point = self.points.get(name)
         if point is None:
             raise WriteError(f"unknown point {name!r}")
@@ -197,7 +199,7 @@ class DevicePoller:
             words = convert.encode(point.spec, value)
         except convert.ConvertError as exc:
             raise WriteError(str(exc)) from None
-        unit, span, spec = self.device.unit, point.span, point.spec
+        unit, span, spec = self.device.unit_id, point.span, point.spec
         try:
             if span.table == "coil":
                 request = Request(unit, 5, span.address, 1, (words[0],))
@@ -208,21 +210,22 @@ class DevicePoller:
             else:
                 request = self._register_write(span.address, words)
             await self.bus.execute(request)
+            written = bool(words[0]) if spec.type == "bit" else convert.decode(spec, words)[0]
+            registers = list(request.values)
             if not point.config.readback:
-                return
+                return written, registers
             read = Read(span.table, span.address, span.size, (span,))
             response = await self.bus.execute(
                 Request(unit, read.function, span.address, span.size))
         except TransactionError as exc:
             raise WriteError(str(exc)) from None
-        written, got = convert.decode(spec, words)[0], convert.decode(spec, response.values)[0]
-        if spec.type == "bit":
-            written = bool(words[0])
+        got = convert.decode(spec, response.values)[0]
         if got != written:
             raise WriteError(f"read-back mismatch: wrote {written!r}, read {got!r}")
         self._publish_read(read, response.values, force=True)
+        return written, registers
 
     def _register_write(self, address: int, words: list[int]) -> Request:
         if len(words) == 1 and self.device.single_register_write == "fc6":
-            return Request(self.device.unit, 6, address, 1, (words[0],))
-        return Request(self.device.unit, 16, address, len(words), tuple(words))
+            return Request(self.device.unit_id, 6, address, 1, (words[0],))
+        return Request(self.device.unit_id, 16, address, len(words), tuple(words))

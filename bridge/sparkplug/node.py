@@ -43,7 +43,7 @@ from bridge.sparkplug.sparkplug_b_pb2 import Payload
 
 log = logging.getLogger("outpost.sparkplug")
 Send = Callable[[str, bytes, int, bool], None]  # topic, payload, qos, retain
-Write = Callable[[str, str, Value], Awaitable[None]]  # device, point, value
+Write = Callable[[str, str, Value], Awaitable[object]]  # device, point, value
 HOLD_RETRY = 0.1  # seconds before taking held values the outbox had not committed yet
 
 

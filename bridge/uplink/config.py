@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from gateway.base.config_paths import existing_file
+from gateway.base.hostport import parse_host_port
 from gateway.broker.codec.errors import MQTTProtocolError
 from gateway.broker.codec.topics import validate_topic_filter, validate_topic_name
 
@@ -135,8 +136,6 @@ class RemoteConfig(_Section):
     @field_validator("addresses")
     @classmethod
     def _check_addresses(cls, value: list[str]) -> list[str]:
-        from gateway.base.hostport import parse_host_port
-
         for address in value:
             parse_host_port(address)
         return value

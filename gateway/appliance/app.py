@@ -13,24 +13,28 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from bridge.config import BridgeConfig
+from bridge.homeassistant.discovery import HomeAssistantDiscovery
+from bridge.runtime import Bridge
+from bridge.sparkplug.service import SparkplugService
+from bridge.uplink.hook import UplinkHook
+from bridge.uplink.outbox import MemoryOutbox
+from bridge.uplink.service import UplinkService
 from gateway.appliance.config import Config
 from gateway.appliance.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
+from gateway.appliance.reload import Reloader
 from gateway.appliance.status import StatusProvider
+from gateway.base.outbox import Outbox
 from gateway.base.settings import ConfigError
 from gateway.broker.contracts.hooks import BrokerHooks, HookChain
 from gateway.broker.engine.broker import Broker
-from gateway.broker.net.security_files import configure_read_checks, load_security
+from gateway.broker.net.security_files import load_security
 from gateway.broker.net.server import Server
 from storage.memory import MemoryStore
-
-if TYPE_CHECKING:
-    from bridge.config import BridgeConfig
-    from bridge.runtime import Bridge
-    from bridge.uplink.service import UplinkService
-    from gateway.appliance.reload import Reloader
-    from gateway.base.outbox import Outbox
+from storage.sqlite import SqliteStore
+from storage.sqlite.uplink_outbox import SqliteOutbox
 
 log = logging.getLogger("outpost")
 
@@ -38,7 +42,7 @@ log = logging.getLogger("outpost")
 def install_event_loop_policy() -> str:
     """Use uvloop where it is installed; returns the loop implementation's name."""
     try:
-        import uvloop
+        import uvloop  # noqa: PLC0415 (optional, not on Windows: imported where it is chosen)
     except ImportError:
         return "asyncio"
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
@@ -53,8 +57,6 @@ def build_hooks(config: Config, state_dir: Path | None) -> BrokerHooks:
     storage = config.storage
     directory = state_dir or storage.state_dir
     if storage.durability != "memory" and directory is not None:
-        from storage.sqlite import SqliteStore
-
         store = SqliteStore.from_config(storage, Path(directory), config.gateway_id)
         log.info("store %s (durability %s)", store.path, storage.durability)
         return store
@@ -66,10 +68,6 @@ def build_hooks(config: Config, state_dir: Path | None) -> BrokerHooks:
 
 def build_outbox(store: BrokerHooks) -> Outbox:
     """The store-and-forward outbox of the uplink and the Sparkplug edge node."""
-    from bridge.uplink.outbox import MemoryOutbox
-    from storage.sqlite import SqliteStore
-    from storage.sqlite.uplink_outbox import SqliteOutbox
-
     # The outbox lives where the store does, so it commits with the publishes it records.
     return SqliteOutbox(store) if isinstance(store, SqliteStore) else MemoryOutbox()
 
@@ -80,9 +78,6 @@ def build_uplink(
     """The uplink's outbox hook chained after the store, and its service (None if disabled)."""
     if not config.uplink.enabled or outbox is None:
         return store, None
-    from bridge.uplink.hook import UplinkHook
-    from bridge.uplink.service import UplinkService
-
     hook = UplinkHook(config.uplink, outbox)
     service = UplinkService(config.uplink, outbox, hook, config.gateway_id)
     return HookChain([store, hook]), service
@@ -116,7 +111,6 @@ async def serve(
     store_stats = getattr(store, "stats", None)
     if callable(store_stats):  # commit latency, batch sizes, bytes written
         broker.sys.sources["store"] = store_stats
-    configure_read_checks(broker)
     broker.restore(hooks.restore(), loop.time())
     server = Server(broker, security)
     stop_event = stop or asyncio.Event()
@@ -130,8 +124,6 @@ async def serve(
     bridge = None
     interop: list[Interop] = []
     if config.bridge.devices or config.bridge.serial:
-        from bridge.runtime import Bridge
-
         bridge = Bridge(config.bridge, broker)
         interop = start_interop(config, bridge, broker, daemon.reloader, outbox)
         await bridge.start()
@@ -178,14 +170,10 @@ def start_interop(config: Config, bridge: Bridge, broker: Broker, reloader: Relo
     enabled (call before the bridge starts: they see every status it publishes)."""
     parts: list[Interop] = []
     if config.sparkplug.enabled and outbox is not None:
-        from bridge.sparkplug.service import SparkplugService
-
         sparkplug = SparkplugService(config.sparkplug, config.gateway_id, bridge, outbox)
         sparkplug.start()
         parts.append(sparkplug)
     if config.homeassistant.enabled:
-        from bridge.homeassistant.discovery import HomeAssistantDiscovery
-
         discovery = HomeAssistantDiscovery(config.homeassistant, config.gateway_id, broker)
         discovery.start(config.bridge)
         parts.append(discovery)

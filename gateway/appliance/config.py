@@ -54,11 +54,11 @@ class StatusConfig(Section):
 
     @property
     def host(self) -> str:
-        return parse_host_port(self.bind)[0]
+        return parse_host_port(self.bind).host
 
     @property
     def port(self) -> int:
-        return parse_host_port(self.bind)[1]
+        return parse_host_port(self.bind).port
 
 
 class Config(BrokerConfig):
@@ -124,7 +124,7 @@ def parse_config(
     try:
         return Config.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
-        raise ConfigError(source, format_errors(exc)) from None
+        raise ConfigError(source, format_errors(exc, Config)) from None
 
 
 def load_config(path: Path | None) -> Config:

@@ -78,9 +78,9 @@ def systemd_python() -> tuple[ModuleType, ModuleType] | None:
     The first call logs which implementation is used, once per process.
     """
     global _announced
-    try:
-        from systemd import daemon as sd_daemon
-        from systemd import journal as sd_journal
+    try:  # systemd-python is optional (the `systemd` extra): imported where it is tried
+        from systemd import daemon as sd_daemon  # noqa: PLC0415
+        from systemd import journal as sd_journal  # noqa: PLC0415
     except ImportError:
         if not _announced:
             _announced = True

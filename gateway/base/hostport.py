@@ -6,11 +6,19 @@ A bottom module: every package may parse an address; none has to import another'
 from __future__ import annotations
 
 import ipaddress
+from typing import NamedTuple
 
 DEFAULT_PORT = 1883
 
 
-def parse_host_port(value: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+class HostPort(NamedTuple):
+    """A parsed `HOST:PORT` (the host without IPv6 brackets)."""
+
+    host: str
+    port: int
+
+
+def parse_host_port(value: str, default_port: int = DEFAULT_PORT) -> HostPort:
     """Split `HOST:PORT` (`[v6]:PORT` for IPv6); a bare host gets `default_port` (1883)."""
     text = value.strip()
     if text.startswith("["):
@@ -27,7 +35,7 @@ def parse_host_port(value: str, default_port: int = DEFAULT_PORT) -> tuple[str, 
         if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
             raise ValueError(f"{value!r}: port must be a number from 0 to 65535")
         port = int(port_text)
-    return host, port
+    return HostPort(host, port)
 
 
 def is_loopback(host: str) -> bool:

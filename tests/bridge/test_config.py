@@ -30,7 +30,7 @@ host = "192.168.1.10"
 [[bridge.devices]]
 name = "meter-1"
 bus = "rs485"
-unit = 1
+unit_id = 1
 address_base = 1
 map = "maps/meter.toml"
 groups = { energy = 60.0 }
@@ -46,7 +46,7 @@ group = "energy"
 [[bridge.devices]]
 name = "plc-1"
 bus = "plc"
-unit = 1
+unit_id = 1
 address_base = 0
 byte_order = "CDAB"
 points = [
@@ -101,7 +101,8 @@ def test_example_loads_with_included_map_and_plans(tmp_path: Path) -> None:
             for group, reads in meter.read_plan().items()}
     assert plan == {"default": [(0, 14)], "energy": [(342, 2)]}  # address_base 1 -> wire - 1
     text = "\n".join(format_plan(config))
-    assert "FC04 input 1..14 (14 registers, 8 unused): voltage, current, power" in text
+    assert ("FC04 input 1..14 = wire 0x0000..0x000D (14 registers, 8 unused): voltage, "
+            "current, power") in text
     assert "total: 4 request(s)" in text
     plc = config.devices[1]
     assert plc.value_spec(plc.points[1]).order == "CDAB"
@@ -118,7 +119,7 @@ host = "localhost"
 [[bridge.devices]]
 name = "d"
 bus = "b"
-unit = 1
+unit_id = 1
 {device_extra or "address_base = 0"}
 points = [
 {points}
@@ -183,12 +184,12 @@ device = "/dev/ttyS0"
 [[bridge.devices]]
 name = "d"
 bus = "b"
-unit = 1
+unit_id = 1
 address_base = 0
 [[bridge.devices]]
 name = "d"
 bus = "nope"
-unit = 2
+unit_id = 2
 address_base = 0
 """))
     assert "bridge.buses: Value error, buses.1: duplicate bus name 'b' (also buses.0)" in text
@@ -203,28 +204,28 @@ device = "/dev/ttyS0"
 [[bridge.devices]]
 name = "a"
 bus = "line"
-unit = 3
+unit_id = 3
 address_base = 0
 [[bridge.devices]]
 name = "b"
 bus = "line"
-unit = 3
+unit_id = 3
 address_base = 0
 [[bridge.devices]]
 name = "a"
 bus = "lne"
-unit = 4
+unit_id = 4
 address_base = 0
 [[bridge.devices]]
 name = "c"
 bus = "line"
-unit = 0
+unit_id = 0
 address_base = 0
 """))
     assert "devices.2: duplicate device name 'a' (also devices.0)" in text
-    assert "devices.1 'b': unit 3 is already devices.0 on bus 'line'" in text
+    assert "devices.1 'b': unit_id 3 is already devices.0 on bus 'line'" in text
     assert "devices.2 'a': unknown bus 'lne' (buses: line)" in text
-    assert "devices.3 'c': unit must be 1-247 on a serial line" in text
+    assert "devices.3 'c': unit_id must be 1-247 on a serial line" in text
     assert text.startswith("bridge.devices: Value error")
 
 
@@ -248,7 +249,7 @@ host = "h"
 [[bridge.devices]]
 name = "d"
 bus = "b"
-unit = 1
+unit_id = 1
 """))
     assert "bridge.devices.0.address_base: Field required" in text
     text = point_errors(tmp_path, '{ name = "a", address = 0 },', "address_base = 1")
@@ -354,3 +355,92 @@ host = "10.0.0.7"
 port = 4002
 """)).bridge
     assert [b.name for b in config.buses] == ["plc-a", "plc-b", "conv-a", "conv-b"]
+
+
+def test_manual_notation_and_impossible_addresses(tmp_path: Path) -> None:
+    text = point_errors(tmp_path, """
+  { name = "energy", table = "input", address = 30073, type = "float32" },
+  { name = "setpoint", address = 40001 },
+  { name = "six", table = "input", address = 300073 },
+  { name = "far", address = 70000 },
+  { name = "ok_input", table = "input", address = 73, type = "float32" },
+  { name = "ok_holding", address = 1 },
+""", "address_base = 1")
+    assert ("points.0 'energy': address 30073 looks like the manual's 3xxxx notation for input "
+            "register 73: write address = 73 (with address_base 1)") in text
+    assert "points.1 'setpoint': address 40001 looks like the manual's 4xxxx notation" in text
+    assert ("points.2 'six': address 300073 cannot exist (a table has 65536 entries: 0-65535, or "
+            "1-65536 with address_base 1); 300073 looks like the 6-digit 3xxxxx notation for "
+            "input register 73: write address = 73") in text
+    assert "points.3 'far': address 70000 cannot exist" in text
+    assert "ok_input" not in text and "ok_holding" not in text
+
+
+def test_real_high_addresses_pass_with_address_base_0(tmp_path: Path) -> None:
+    """SunSpec maps start at wire 40000, SMA inverters use 30775: real, not notation."""
+    text = EXAMPLE.replace('{ name = "run", table', """{ name = "sunspec", address = 40002 },
+  { name = "sma", table = "input", address = 30775, type = "int32" },
+  { name = "run", table""")
+    points = load_config(write(tmp_path, text)).bridge.devices[1].points
+    assert [p.address for p in points[:2]] == [40002, 30775]
+
+
+def test_device_unit_is_read_as_unit_id_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = EXAMPLE.replace("unit_id = 1\naddress_base = 0", "unit = 9\naddress_base = 0")
+    with caplog.at_level("WARNING", logger="outpost.config"):
+        config = load_config(write(tmp_path, text)).bridge
+    assert config.devices[1].unit_id == 9
+    assert ("device 'plc-1': the key `unit` is now `unit_id` (the Modbus unit id); `unit` is "
+            "still read") in caplog.text
+
+
+def test_profiles_are_maps_by_name(tmp_path: Path) -> None:
+    text = EXAMPLE.replace('map = "maps/meter.toml"', 'map = "profile:eastron-sdm630"')
+    text = text.replace('name = "energy"', 'name = "energy_again"').replace("343", "345")
+    with pytest.raises(ConfigError) as info:  # the profile's points are there: overlaps
+        load_config(write(tmp_path, text))
+    assert "'energy_again' (input 345) overlaps points.31 'total_reactive_energy'" \
+        in str(info.value)
+    meter = load_config(write(tmp_path, text.replace("345", "1001"))).bridge.devices[0]
+    assert meter.points[0].name == "voltage_l1" and meter.points[-1].name == "energy_again"
+    assert meter.span(meter.points[0]).address == 0  # the profile's address_base 1
+    text = point_errors(tmp_path, "", 'map = "profile:sdm630"\naddress_base = 1')
+    assert "map profile:sdm630: no such profile; did you mean 'profile:eastron-sdm630'?" in text
+
+
+def test_errors_teach_the_fix(tmp_path: Path) -> None:
+    text = point_errors(tmp_path, """
+  { name = "a", address = 1, byte_order = "ABCD", tabel = "input" },
+""", 'order = "ABCD"')
+    assert "bridge.devices.0.order: Extra inputs are not permitted (did you mean byte_order?)" \
+        in text
+    assert ("bridge.devices.0.points.0.byte_order: Extra inputs are not permitted (did you "
+            "mean order?)") in text
+    assert "bridge.devices.0.points.0.tabel: Extra inputs are not permitted (did you mean table?)" \
+        in text
+    assert ("bridge.devices.0.address_base: Field required: one of 0, 1 (1 when the manual "
+            "counts registers from 1)") in text
+    nothing_close = point_errors(tmp_path, '{ name = "a", address = 1, zzz = 1 },')
+    assert "points.0.zzz: Extra inputs are not permitted (valid keys: unit, report," \
+        in nothing_close
+
+
+def test_field_and_reference_errors_in_one_pass(tmp_path: Path) -> None:
+    text = "\n".join(errors_of(tmp_path, """
+[[bridge.buses]]
+name = "lab"
+type = "tcp"
+host = "localhost"
+
+[[bridge.devices]]
+name = "meter"
+bus = "lab1"
+unit_id = 1
+address_base = 0
+points = [{ name = "a", address = 1, sclae = 2 }]
+"""))
+    assert "bridge.devices.0.points.0.sclae: Extra inputs are not permitted" in text
+    assert "bridge.devices: Value error, devices.0 'meter': unknown bus 'lab1' (buses: lab)" \
+        in text

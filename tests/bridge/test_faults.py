@@ -31,7 +31,7 @@ def config(port: int, units: tuple[int, ...], retries: int = 0) -> str:
 [[bridge.devices]]
 name = "u{unit}"
 bus = "line"
-unit = {unit}
+unit_id = {unit}
 address_base = 0
 poll_interval = 0.05
 report = "poll"

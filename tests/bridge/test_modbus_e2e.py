@@ -77,7 +77,7 @@ quiet_after_timeout = 0.05
 [[bridge.devices]]
 name = "plc"
 bus = "line"
-unit = 1
+unit_id = 1
 address_base = 0
 poll_interval = 0.1
 report = "poll"
@@ -161,13 +161,17 @@ def test_writes_are_encoded_written_and_read_back(
     sim.set_registers(1, "holding", 7, [0b1000_0001])
     with Watcher(broker_factory(config(bus, WRITABLE))) as mqtt:
         mqtt.wait("devices/plc/status", lambda s: s == "online")
-        assert mqtt.set("devices/plc/setpoint", 1, 42.5) == {"id": 1, "ok": True, "error": None}
+        assert mqtt.set("devices/plc/setpoint", 1, 42.5) == {
+            "id": 1, "ok": True, "error": None, "value": 42.5, "registers": [425]}
         assert sim.get_registers(1, "holding", 0, 1) == [425]
         assert mqtt.wait("devices/plc/setpoint", lambda v: v["value"] == 42.5)
         assert mqtt.set("devices/plc/speed", "a", 1500.25)["ok"]
         assert sim.get_registers(1, "holding", 2, 2) == wire_registers("float32", 1500.25, "CDAB")
         assert mqtt.set("devices/plc/count", 3, -100000)["ok"]
         assert sim.get_registers(1, "holding", 4, 2) == wire_registers("int32", -100000, "ABCD")
+        rounded = mqtt.set("devices/plc/count", "r", 12.7)  # an integer point: says what it wrote
+        assert rounded == {"id": "r", "ok": True, "error": None, "value": 13,
+                           "registers": wire_registers("int32", 13, "ABCD")}
         assert mqtt.set("devices/plc/mode", 4, "manual")["ok"]
         assert sim.get_registers(1, "holding", 6, 1) == [1]
         assert mqtt.set("devices/plc/enable", 5, True)["ok"]
@@ -180,7 +184,7 @@ def test_writes_are_encoded_written_and_read_back(
         assert sim.get_bit(1, "coil", 5) is True
 
         refused = {
-            "setpoint": (150, "outside [0.0, 100.0]"),
+            "setpoint": (150, "150 is outside [0, 100]"),
             "readonly": (1, "not writable"),
             "mode": ("broken", "not one of"),
             "count": ("many", "expected a number"),

@@ -118,15 +118,18 @@ def test_status_reload_and_crash_restart(sim: Simulator) -> None:
     asyncio.run(main())
 
 
-def test_writes_from_retained_or_malformed_messages(sim: Simulator) -> None:
+def test_writes_from_retained_or_malformed_messages(
+    sim: Simulator, caplog: pytest.LogCaptureFixture
+) -> None:
     async def main() -> None:
         h = Harness(make_config(sim.port))
         await h.bridge.start()
         await until(lambda: h.last("devices/a/r0"))
         h.watch.publish("devices/a/r0/set", b"not json", qos=1)
         await until(lambda: h.last("devices/a/r0/set/result"))
-        assert h.last("devices/a/r0/set/result") == {"id": None, "ok": False,
-                                                     "error": "payload is not JSON"}
+        assert h.last("devices/a/r0/set/result") == {
+            "id": None, "ok": False, "value": None, "registers": None,
+            "error": 'payload is not JSON (expected {"id": ..., "value": ...})'}
         h.watch.publish("devices/a/r0/set", b'{"id": 9, "value": 5}', qos=1)
         await until(lambda: h.last("devices/a/r0/set/result")["id"] == 9)
         assert h.last("devices/a/r0/set/result")["error"] == "point 'r0' is not writable"
@@ -135,7 +138,12 @@ def test_writes_from_retained_or_malformed_messages(sim: Simulator) -> None:
         assert h.last("devices/zz/r0/set/result")["error"] == "unknown device 'zz'"
         await h.bridge.stop()
 
-    asyncio.run(main())
+    with caplog.at_level(logging.WARNING, logger="outpost.bridge"):
+        asyncio.run(main())
+    refused = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert ("bridge: write a/r0 = b'not json' refused: payload is not JSON (expected "
+            '{"id": ..., "value": ...})') in refused
+    assert "bridge: write a/r0 = 5 refused: point 'r0' is not writable" in refused
 
 
 def test_on_change_is_the_default_with_retain(sim: Simulator) -> None:
@@ -325,8 +333,8 @@ def test_device_log_lines_carry_the_journal_device_field(sim: Simulator) -> None
         os.close(slave)
     by_message = dict(entries)
     assert by_message["a: online"] == "a"
-    assert by_message["bridge: write a/r0 = 5 failed: point 'r0' is not writable"] == "a"
-    assert by_message["bridge: write a/r0 = 1000 done"] == "a"
+    assert by_message["bridge: write a/r0 = 5 refused: point 'r0' is not writable"] == "a"
+    assert by_message["bridge: write a/r0 = 1000 done (wrote 1000, registers [1000])"] == "a"
     assert by_message["dead: offline after 3 failures (no response)"] == "dead"
     assert by_message[f"scale: {tty} open"] == "scale"
     assert [device for message, device in entries if "went away" in message] == ["scale"]

@@ -109,7 +109,8 @@ def test_lines_garbage_commands_unplug_and_replug(
             assert abs(mqtt.latest("devices/gps/lat")["value"] - 48.1173) < 1e-6
             assert mqtt.wait("devices/gps/diagnostics", lambda d: d["crc_errors"] >= 1)
 
-            assert mqtt.set("devices/sensor/rate", 1, 5) == {"id": 1, "ok": True, "error": None}
+            assert mqtt.set("devices/sensor/rate", 1, 5) == {
+                "id": 1, "ok": True, "error": None, "value": 5, "registers": None}
             assert b"RATE 5\r\n" in device.read_until(b"\r\n")
             assert mqtt.set("devices/sensor/reboot", 2, 1)["error"].startswith("unknown command")
 

@@ -34,6 +34,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from gateway.appliance.demo.devices import POINTS
+from gateway.appliance.status_http import StatusUnavailableError, fetch_status
 
 UNITS = (1, 2, 3)
 GATEWAY_ID = "demo-gw"
@@ -121,7 +122,7 @@ def gateway_config(ports: Ports, tty: Path | None, bridge: bool = True) -> str:
             "[[bridge.devices]]",
             f'name = "meter-{unit}"',
             'bus = "plant"',
-            f"unit = {unit}",
+            f"unit_id = {unit}",
             "address_base = 0",
             "poll_interval = 1.0",
             'report = "poll"',
@@ -282,8 +283,6 @@ class Demo:
 
     def uplink(self) -> dict[str, Any] | None:
         """The uplink section of the gateway's /status, None when it cannot be read."""
-        from gateway.appliance.status_http import StatusUnavailableError, fetch_status
-
         try:
             status = fetch_status(f"http://127.0.0.1:{self.ports.status}")
         except (StatusUnavailableError, OSError, ValueError):

@@ -41,9 +41,10 @@ def meter_registers(unit: int, t: float, energy: int) -> list[int]:
 
 async def serve_modbus(port: int, units: list[int]) -> None:
     """Serve until cancelled, changing the registers every 0.5 s."""
-    from pymodbus.server import ModbusTcpServer
-    from pymodbus.simulator import SimData, SimDevice
-    from pymodbus.simulator.simutils import DataType
+    # pymodbus is installed for the demo and the tests, not on every gateway: imported here.
+    from pymodbus.server import ModbusTcpServer  # noqa: PLC0415
+    from pymodbus.simulator import SimData, SimDevice  # noqa: PLC0415
+    from pymodbus.simulator.simutils import DataType  # noqa: PLC0415
 
     devices = [
         SimDevice(id=unit, simdata=(

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from gateway.broker.codec.reason_codes import ReasonCode
 from gateway.broker.contracts.acl import AccessList, Right
 from gateway.broker.contracts.config import BrokerConfig
-from gateway.broker.contracts.hooks import INTERNAL_LISTENERS, Access, BrokerHooks
+from gateway.broker.contracts.hooks import INTERNAL_LISTENERS, Access, BrokerHooks, HookChain
 from gateway.broker.contracts.passwords import PasswordEntry, verify
 from gateway.broker.core.session import ClientInfo
 
@@ -356,3 +356,18 @@ class ConnectionLimiter:
             self.open[source] = count
         else:
             self.open.pop(source, None)
+
+
+def needs_read_check(hooks: BrokerHooks) -> bool:
+    """Must the broker check READ access per delivery? (False saves work on the hot path.)"""
+    members = hooks.hooks if isinstance(hooks, HookChain) else [hooks]
+    for hook in members:
+        if isinstance(hook, HookChain):
+            if needs_read_check(hook):
+                return True
+        elif isinstance(hook, Security):
+            if hook.restricts_reading:
+                return True
+        elif type(hook).check_acl is not BrokerHooks.check_acl:
+            return True
+    return False

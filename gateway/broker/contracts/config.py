@@ -156,11 +156,11 @@ class ListenerConfig(Section):
 
     @property
     def host(self) -> str:
-        return "" if self.type == "unix" else parse_host_port(self.bind)[0]
+        return "" if self.type == "unix" else parse_host_port(self.bind).host
 
     @property
     def port(self) -> int:
-        return 0 if self.type == "unix" else parse_host_port(self.bind)[1]
+        return 0 if self.type == "unix" else parse_host_port(self.bind).port
 
     @property
     def ws_path(self) -> str:

@@ -4,7 +4,9 @@ How this works: the I/O layer creates a `Connection` per socket (or in-process l
 every decoded packet to `Broker.handle` together with the current monotonic time, reports lost
 connections with `connection_lost`, and calls `tick` about once a second. The broker owns every
 session, the subscription table and the retained store. Packet handling is one method per
-incoming packet type (`_on_connect`, `_on_publish`, ...); routing and the delivery window live
+incoming packet type (gateway/broker/engine/handle_connect.py, handle_publish.py,
+handle_subscribe.py), which see the broker as `BrokerApi` and report what they count through
+its methods (`client_connected`, `count_denied`, ...); routing and the delivery window live
 in `gateway.broker.engine.delivery`, periodic duties (keepalive, connect timeout, will delay,
 session expiry,
 `$SYS`) in `tick`. A protocol violation goes through one place, `protocol_error`, which sends a
@@ -61,6 +63,7 @@ from gateway.broker.core.router import SubscriptionTable
 from gateway.broker.core.session import ClientInfo, Connection, Session, Sink
 from gateway.broker.engine import handle_connect, handle_publish, handle_subscribe
 from gateway.broker.engine.delivery import Dispatcher
+from gateway.broker.engine.refusals import topic_over_limits, topic_size
 from gateway.broker.engine.sys_topics import SysPublisher
 
 log = logging.getLogger("outpost.broker")
@@ -231,9 +234,35 @@ class Broker:
             code = error.reason_code
             if code not in _CONNACK_CODES:
                 code = ReasonCode.MALFORMED_PACKET
-            handle_connect.refuse(self, conn, code)
+            handle_connect.refuse(conn, code)
             return
         self.protocol_error(conn, error.reason_code, error.reason)
+
+    def take_session(
+        self, conn: Connection, packet: Connect, expiry: int, now: float
+    ) -> tuple[Session, bool]:
+        """Find, take over, discard (clean start) or create the session a CONNECT asks for;
+        also whether it was present."""
+        client_id = conn.client_id
+        session = self.sessions.get(client_id)
+        if session is not None and session.connection is not None:
+            old = session.connection
+            self.protocol_error(old, ReasonCode.SESSION_TAKEN_OVER, "session taken over")
+            self.connection_lost(old, now)
+            session = self.sessions.get(client_id)
+        self.pending_wills.pop(client_id, None)  # a new connection cancels a delayed will
+        if session is not None and packet.clean_start:
+            self.end_session(session, now)
+            session = None
+        present = session is not None
+        if session is None:
+            session = Session(client_id, packet.protocol_level, self.new_outbound())
+            self.sessions[client_id] = session
+        session.protocol_level = packet.protocol_level
+        session.expiry_interval = expiry
+        session.connection = conn
+        session.disconnected_at = None
+        return session, present
 
     def connection_lost(self, conn: Connection, now: float) -> None:
         """The transport is gone: publish or schedule the will, keep or end the session."""
@@ -295,33 +324,19 @@ class Broker:
     def topic_over_limits(self, topic: str, info: ClientInfo, what: str) -> bool:
         """True when a client's topic or filter is longer or deeper than `[limits]` allow.
 
-        Counted in `topic_limited` and logged (the first ten, then every thousandth);
-        in-process links are exempt: their topics come from the configuration.
+        Counted in `topic_limited` and logged (`topic_refused`); in-process links are exempt:
+        their topics come from the configuration.
         """
-        limits = self.limits
-        # Cheap pre-check: a str of n characters encodes to at most 4n bytes.
-        if len(topic) * 4 <= limits.max_topic_length and topic.count("/") < limits.max_topic_levels:
+        if not topic_over_limits(topic, self.limits, info.listener in INTERNAL_LISTENERS):
             return False
-        size = len(topic.encode("utf-8", "surrogatepass"))
-        levels = topic.count("/") + 1
-        if (size <= limits.max_topic_length and levels <= limits.max_topic_levels) or \
-                info.listener in INTERNAL_LISTENERS:
-            return False
-        self.counters.topic_limited += 1
-        count = self.counters.topic_limited
-        if worth_logging(count, every=1000):
-            log.warning(
-                "refused the %s topic of %s from %s: %d bytes / %d levels is over the limit "
-                "(%d bytes, %d levels; %d refused so far)", what, info.client_id, info.peer,
-                size, levels, limits.max_topic_length, limits.max_topic_levels, count,
-            )
+        self.topic_refused(topic, info, what)
         return True
 
     def _publish_will(self, will: Will, info: ClientInfo, now: float) -> None:
         if self.topic_over_limits(will.topic, info, "will"):
             return
         if not self.hooks.check_acl(info, will.topic, Access.WRITE):
-            self.counters.denied += 1
+            self.count_denied()
             return
         props = replace(will.properties, will_delay_interval=None)
         expiry = props.message_expiry_interval
@@ -339,7 +354,73 @@ class Broker:
         self.hooks.published(origin, message)
         return self.dispatch.route(message, now)
 
-    # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------
+    # -- what the handlers and the I/O layer count ----------------------------------------
+
+    @property
+    def network_clients(self) -> int:
+        """Connected clients, the in-process links not included (limits.max_connections)."""
+        return self.clients_connected - self.links_connected
+
+    def client_connected(self, conn: Connection) -> None:
+        """`conn` completed its CONNECT (undone in `connection_lost`)."""
+        self.clients_connected += 1
+        self.links_connected += conn.listener in INTERNAL_LISTENERS
+        self.clients_maximum = max(self.clients_maximum, self.clients_connected)
+
+    def count_bytes_received(self, size: int) -> None:
+        """Bytes read from a client socket (`$SYS/broker/bytes/received`)."""
+        self.sys.bytes_received += size
+
+    def count_bytes_sent(self, size: int) -> None:
+        """Bytes written to a client socket (`$SYS/broker/bytes/sent`)."""
+        self.sys.bytes_sent += size
+
+    def count_denied(self) -> None:
+        """An access-control hook refused a publish, subscription or will."""
+        self.counters.denied += 1
+
+    def count_refused_busy(self, conn: Connection) -> None:
+        """A CONNECT refused because limits.max_connections clients are connected."""
+        self.counters.refused_busy += 1
+        count = self.counters.refused_busy
+        if worth_logging(count, every=100):
+            log.warning(
+                "refused %s from %s: %d clients connected (limits.max_connections; %d refused "
+                "so far)", conn.client_id, conn.peer, self.limits.max_connections, count,
+            )
+
+    def count_store_full(self) -> None:
+        """A QoS 1/2 PUBLISH refused because the durable store cannot take more."""
+        self.counters.store_full += 1
+        count = self.counters.store_full
+        if worth_logging(count, every=1000, first=1):
+            log.error(
+                "store full (size cap or disk headroom): refused %d QoS 1/2 message(s) so far",
+                count,
+            )
+
+    def count_subscription_limited(self, session: Session, topic_filter: str) -> None:
+        """A filter refused because the session has limits.max_subscriptions_per_client."""
+        self.counters.subscriptions_limited += 1
+        count = self.counters.subscriptions_limited
+        if worth_logging(count, every=1000):
+            log.warning("refused subscription %r of %s: it has %d, the limit "
+                        "(limits.max_subscriptions_per_client); %d refused so far",
+                        topic_filter, session.client_id, len(session.subscriptions), count)
+
+    def topic_refused(self, topic: str, info: ClientInfo, what: str) -> None:
+        """Count and log a topic refused for its length or depth (the first ten, then every
+        thousandth)."""
+        self.counters.topic_limited += 1
+        count = self.counters.topic_limited
+        if worth_logging(count, every=1000):
+            size, levels = topic_size(topic)
+            limits = self.limits
+            log.warning(
+                "refused the %s topic of %s from %s: %d bytes / %d levels is over the limit "
+                "(%d bytes, %d levels; %d refused so far)", what, info.client_id, info.peer,
+                size, levels, limits.max_topic_length, limits.max_topic_levels, count,
+            )
 
     # -- periodic duties ---------------------------------------------------------------
 

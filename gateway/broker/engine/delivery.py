@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from gateway.broker.codec import encode
 from gateway.broker.codec.packets import Publish, PubRel
+from gateway.broker.contracts.auth import needs_read_check
 from gateway.broker.contracts.config import LimitsConfig
 from gateway.broker.contracts.hooks import Access, BrokerHooks
 from gateway.broker.core.inflight import Delivery, PageLoader
@@ -79,7 +80,8 @@ class Dispatcher:
         self.limits = limits
         self.counters = Counters()
         self.rejected = 0  # deliveries the last route() could not queue
-        self.check_read = type(hooks).check_acl is not BrokerHooks.check_acl
+        # READ access is checked per delivery only when some hook restricts reading.
+        self.check_read = needs_read_check(hooks)
 
     # -- routing -----------------------------------------------------------------------
 

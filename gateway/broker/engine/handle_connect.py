@@ -1,16 +1,17 @@
 """CONNECT and DISCONNECT: refusals, client identifiers, session takeover and resumption.
 
-How this works: `on_connect` validates what the client asks for (identifier, keep alive, v5
-limits, authentication through the hooks), takes over or resumes the session, answers CONNACK
-with the limits we impose, then resends what was in flight and pumps the queue. Functions take
-the `Broker` whose state they change; like the broker they are pure and synchronous.
+How this works: `on_connect` asks `connect_refusal` (gateway/broker/engine/refusals.py, pure)
+whether the packet itself is refused (identifier, authentication method, too many clients,
+3.1.x keep alive), then the hooks (credentials, the will's topic and write access). `accept`
+grants the keep alive and v5 limits, takes over or resumes the session through the broker,
+answers CONNACK with the limits we impose, then resends what was in flight and pumps the
+queue. Functions take the broker as `BrokerApi`; like the broker they are pure and synchronous.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING
 
 from gateway.broker.codec import encode
 from gateway.broker.codec.packets import (
@@ -23,75 +24,67 @@ from gateway.broker.codec.packets import (
 )
 from gateway.broker.codec.reason_codes import ReasonCode, v3_connack_code
 from gateway.broker.contracts.hooks import INTERNAL_LISTENERS, Access
-from gateway.broker.core.log_sampling import worth_logging
-from gateway.broker.core.session import NEVER_EXPIRES, ClientInfo, Connection, Session
-
-if TYPE_CHECKING:
-    from gateway.broker.engine.broker import Broker
+from gateway.broker.core.session import NEVER_EXPIRES, ClientInfo, Connection
+from gateway.broker.engine.broker_api import BrokerApi
+from gateway.broker.engine.refusals import connect_refusal, keep_alive_over_limit
 
 log = logging.getLogger("outpost.broker")
 
 
-def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) -> None:
+def on_connect(broker: BrokerApi, conn: Connection, packet: Connect, now: float) -> None:
     """Handle CONNECT: refuse, or take over / resume the session and answer CONNACK."""
     conn.version = packet.protocol_level
-    props = packet.properties
-    v5 = conn.is_v5
     client_id = packet.client_id
     assigned: str | None = None
-    refusal: int | None = None
-    if not client_id:
-        if packet.protocol_level == MQTT_3_1 or (not v5 and not packet.clean_start):
-            refusal = ReasonCode.CLIENT_IDENTIFIER_NOT_VALID
-        else:
-            client_id = assigned = "auto-" + uuid.uuid4().hex
-    elif len(client_id) > broker.limits.max_client_id_length:
-        refusal = ReasonCode.CLIENT_IDENTIFIER_NOT_VALID
+    if not client_id and packet.protocol_level != MQTT_3_1 and (conn.is_v5 or packet.clean_start):
+        client_id = assigned = "auto-" + uuid.uuid4().hex
     conn.client_id = client_id
     conn.username = packet.username
     conn.info = ClientInfo(client_id, packet.username, conn.listener, conn.peer,
                            conn.anonymous_allowed)
-    if refusal is None and props.authentication_method is not None:
-        refusal = ReasonCode.BAD_AUTHENTICATION_METHOD
-    # In-process links (bridge, uplink) are part of the gateway, not clients: they neither
-    # count towards nor are refused by max_connections.
-    internal = conn.listener in INTERNAL_LISTENERS
-    if (refusal is None and not internal
-            and broker.clients_connected - broker.links_connected >= broker.limits.max_connections):
-        refusal = ReasonCode.SERVER_BUSY
-        broker.counters.refused_busy += 1
-        count = broker.counters.refused_busy
-        if worth_logging(count, every=100):
-            log.warning(
-                "refused %s from %s: %d clients connected (limits.max_connections; %d refused "
-                "so far)", client_id, conn.peer, broker.limits.max_connections, count,
-            )
-    keep_alive = packet.keep_alive
-    server_keep_alive: int | None = None
-    max_keepalive = broker.limits.max_keepalive
-    if max_keepalive and (keep_alive == 0 or keep_alive > max_keepalive):
-        if v5:
-            keep_alive = server_keep_alive = max_keepalive
-        elif refusal is None:
-            refusal = ReasonCode.CLIENT_IDENTIFIER_NOT_VALID
-    if refusal is None:
-        refusal = broker.hooks.authenticate(conn.info, packet.password)
-        if refusal == ReasonCode.SUCCESS:
-            refusal = None
-    if refusal is None and packet.will is not None and broker.topic_over_limits(
-        packet.will.topic, conn.info, "will"
-    ):
-        refusal = ReasonCode.TOPIC_NAME_INVALID
-    if refusal is None and packet.will is not None and not broker.hooks.check_acl(
-        conn.info, packet.will.topic, Access.WRITE
-    ):
+    refusal = connect_refusal(packet, broker.limits, broker.network_clients,
+                              conn.listener in INTERNAL_LISTENERS)
+    if refusal is not None:
+        if refusal.reason == ReasonCode.SERVER_BUSY:
+            broker.count_refused_busy(conn)
+        refuse(conn, refusal.reason)
+        return
+    reason = _hooks_refusal(broker, conn, packet)
+    if reason is not None:
+        refuse(conn, reason)
+        return
+    accept(broker, conn, packet, assigned, now)
+
+
+def _hooks_refusal(broker: BrokerApi, conn: Connection, packet: Connect) -> int | None:
+    """What the hooks refuse a CONNECT for: its credentials, or a will it may not publish."""
+    assert conn.info is not None
+    reason = broker.hooks.authenticate(conn.info, packet.password)
+    if reason != ReasonCode.SUCCESS:
+        return reason
+    will = packet.will
+    if will is None:
+        return None
+    if broker.topic_over_limits(will.topic, conn.info, "will"):
+        return ReasonCode.TOPIC_NAME_INVALID
+    if not broker.hooks.check_acl(conn.info, will.topic, Access.WRITE):
         # A will the client may not publish refuses the connection: the client learns it now,
         # and the will is never stored (nor published after a restart as "restored").
-        broker.counters.denied += 1
-        refusal = ReasonCode.NOT_AUTHORIZED
-    if refusal is not None:
-        refuse(broker, conn, refusal)
-        return
+        broker.count_denied()
+        return ReasonCode.NOT_AUTHORIZED
+    return None
+
+
+def accept(
+    broker: BrokerApi, conn: Connection, packet: Connect, assigned: str | None, now: float
+) -> None:
+    """Take over or resume the session, answer CONNACK, resend what was in flight."""
+    props = packet.properties
+    v5 = conn.is_v5
+    keep_alive = packet.keep_alive
+    server_keep_alive: int | None = None
+    if v5 and keep_alive_over_limit(keep_alive, broker.limits):
+        keep_alive = server_keep_alive = broker.limits.max_keepalive
     conn.keep_alive = keep_alive
     if v5:
         conn.client_receive_maximum = props.receive_maximum or 65535
@@ -101,12 +94,10 @@ def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) ->
         expiry = min(props.session_expiry_interval or 0, broker.limits.max_session_expiry)
     else:
         expiry = 0 if packet.clean_start else NEVER_EXPIRES
-    session, present = take_session(broker, conn, client_id, packet, expiry, now)
+    session, present = broker.take_session(conn, packet, expiry, now)
     session.will = packet.will
     conn.session = session
-    broker.clients_connected += 1
-    broker.links_connected += internal
-    broker.clients_maximum = max(broker.clients_maximum, broker.clients_connected)
+    broker.client_connected(conn)
     connack_props = NO_PROPERTIES
     if v5:
         requested_expiry = props.session_expiry_interval or 0
@@ -129,7 +120,7 @@ def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) ->
     broker.dispatch.pump(session, now)
 
 
-def refuse(broker: Broker, conn: Connection, reason: int) -> None:
+def refuse(conn: Connection, reason: int) -> None:
     """Answer CONNECT with a refusal and close."""
     log.info("refused %s from %s: reason 0x%02X", conn.client_id, conn.peer, reason)
     code = reason if conn.is_v5 else v3_connack_code(reason)
@@ -138,32 +129,7 @@ def refuse(broker: Broker, conn: Connection, reason: int) -> None:
     conn.closed = True
 
 
-def take_session(
-    broker: Broker, conn: Connection, client_id: str, packet: Connect, expiry: int, now: float
-) -> tuple[Session, bool]:
-    """Find, take over, discard (clean start) or create the session for `client_id`."""
-    session = broker.sessions.get(client_id)
-    if session is not None and session.connection is not None:
-        old = session.connection
-        broker.protocol_error(old, ReasonCode.SESSION_TAKEN_OVER, "session taken over")
-        broker.connection_lost(old, now)
-        session = broker.sessions.get(client_id)
-    broker.pending_wills.pop(client_id, None)  # a new connection cancels a delayed will
-    if session is not None and packet.clean_start:
-        broker.end_session(session, now)
-        session = None
-    present = session is not None
-    if session is None:
-        session = Session(client_id, packet.protocol_level, broker.new_outbound())
-        broker.sessions[client_id] = session
-    session.protocol_level = packet.protocol_level
-    session.expiry_interval = expiry
-    session.connection = conn
-    session.disconnected_at = None
-    return session, present
-
-
-def on_disconnect(broker: Broker, conn: Connection, packet: Disconnect) -> None:
+def on_disconnect(broker: BrokerApi, conn: Connection, packet: Disconnect) -> None:
     """Handle DISCONNECT: maybe a new session expiry; the will is kept only for 0x04."""
     session = conn.session
     assert session is not None

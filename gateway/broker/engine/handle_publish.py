@@ -1,17 +1,18 @@
 """PUBLISH from clients and the four QoS acknowledgements in both directions.
 
-How this works: `on_publish` resolves topic aliases, checks payload format, receive maximum and
-write access, refuses what the durable store cannot take, builds the `Message` (seeding it with
-the raw bytes for QoS 0), routes it through `Broker.publish` and answers PUBACK / PUBREC — gated
-on the store flush when the hooks are durable. The ack handlers move deliveries through the
-session window and report stored state changes to the hooks. Pure and synchronous.
+How this works: `on_publish` resolves the topic alias and asks `publish_refusal`
+(gateway/broker/engine/refusals.py, pure) whether the packet is refused (properties, payload
+format, receive maximum, topic limits, `$SYS`); a protocol error closes, another refusal is
+answered per QoS; then the ACL hook decides write access. `accept` refuses what the durable
+store cannot take, builds the `Message` (seeding it with the raw bytes for QoS 0), routes it
+through the broker and answers PUBACK / PUBREC — gated on the store flush when the hooks are
+durable. The ack handlers move deliveries through the session window and report stored state
+changes to the hooks. Pure and synchronous.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from gateway.broker.codec import encode
 from gateway.broker.codec.packets import (
@@ -24,70 +25,55 @@ from gateway.broker.codec.packets import (
     PubRel,
 )
 from gateway.broker.codec.reason_codes import ReasonCode
-from gateway.broker.contracts.hooks import Access
-from gateway.broker.core.log_sampling import worth_logging
+from gateway.broker.contracts.hooks import INTERNAL_LISTENERS, Access
 from gateway.broker.core.message import V3_VERSIONS, Message
 from gateway.broker.core.session import Connection
-
-if TYPE_CHECKING:
-    from gateway.broker.engine.broker import Broker
-
-log = logging.getLogger("outpost.broker")
+from gateway.broker.engine.broker_api import BrokerApi
+from gateway.broker.engine.refusals import publish_refusal, publish_topic
 
 
-def on_publish(broker: Broker, conn: Connection, packet: Publish, now: float, raw: bytes) -> None:
-    """Handle a PUBLISH from a client."""
+def on_publish(broker: BrokerApi, conn: Connection, packet: Publish, now: float, raw: bytes
+               ) -> None:
+    """Handle a PUBLISH from a client: refuse it, answer a resend, or accept it."""
+    session = conn.session
+    assert session is not None and conn.info is not None
+    topic = publish_topic(packet, conn.aliases_in)
+    refusal = publish_refusal(packet, topic, conn.is_v5, session.awaiting_release,
+                              broker.limits, conn.info.listener in INTERNAL_LISTENERS)
+    if refusal is not None and refusal.disconnect:
+        broker.protocol_error(conn, refusal.reason, refusal.why)
+        return
+    alias = packet.properties.topic_alias
+    if alias is not None:
+        if packet.topic:
+            conn.aliases_in[alias] = packet.topic
+        raw = b""  # the alias is per connection: never forward these bytes
+    assert topic is not None
+    if refusal is not None:
+        if refusal.reason == ReasonCode.TOPIC_NAME_INVALID:
+            broker.topic_refused(topic, conn.info, "PUBLISH")
+        elif refusal.reason == ReasonCode.NOT_AUTHORIZED:
+            broker.count_denied()
+        refuse_publish(broker, conn, packet, refusal.reason)
+        return
+    if packet.qos == 2 and packet.packet_id in session.awaiting_release:
+        # A resend of a QoS 2 message not yet released: answered again, not delivered again.
+        conn.sink.write(encode(PubRec(packet.packet_id or 0), conn.version))
+        return
+    if not broker.hooks.check_acl(conn.info, topic, Access.WRITE):
+        broker.count_denied()
+        refuse_publish(broker, conn, packet, ReasonCode.NOT_AUTHORIZED)
+        return
+    accept(broker, conn, packet, topic, now, raw)
+
+
+def accept(broker: BrokerApi, conn: Connection, packet: Publish, topic: str, now: float,
+           raw: bytes) -> None:
+    """Route an accepted PUBLISH and acknowledge it (once stored, when the hooks are durable)."""
     session = conn.session
     assert session is not None and conn.info is not None
     props = packet.properties
-    topic = packet.topic
-    if conn.is_v5 and props is not NO_PROPERTIES:
-        if props.subscription_identifiers:
-            # [MQTT-3.3.4-6]: only the server puts subscription identifiers in PUBLISH.
-            broker.protocol_error(
-                conn, ReasonCode.PROTOCOL_ERROR, "subscription identifier in PUBLISH"
-            )
-            return
-        alias = props.topic_alias
-        if alias is not None:
-            if alias > broker.limits.topic_alias_maximum:
-                broker.protocol_error(conn, ReasonCode.TOPIC_ALIAS_INVALID, "topic alias too big")
-                return
-            if topic:
-                conn.aliases_in[alias] = topic
-            else:
-                known = conn.aliases_in.get(alias)
-                if known is None:
-                    broker.protocol_error(conn, ReasonCode.PROTOCOL_ERROR, "unknown topic alias")
-                    return
-                topic = known
-            raw = b""  # the alias is per connection: never forward these bytes
-        if props.payload_format_indicator == 1:
-            try:
-                packet.payload.decode("utf-8")
-            except UnicodeDecodeError:
-                refuse_publish(broker, conn, packet, ReasonCode.PAYLOAD_FORMAT_INVALID)
-                return
     qos = packet.qos
-    if qos == 2:
-        if packet.packet_id in session.awaiting_release:
-            conn.sink.write(encode(PubRec(packet.packet_id or 0), conn.version))
-            return
-        # Receive Maximum is a 5.0 promise; a 3.1.x client was never told of a limit
-        # (its packet ids bound the set at 65535).
-        if conn.is_v5 and len(session.awaiting_release) >= broker.limits.receive_maximum:
-            broker.protocol_error(
-                conn, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded"
-            )
-            return
-    if broker.topic_over_limits(topic, conn.info, "PUBLISH"):
-        refuse_publish(broker, conn, packet, ReasonCode.TOPIC_NAME_INVALID)
-        return
-    if topic.startswith("$SYS") or not broker.hooks.check_acl(conn.info, topic, Access.WRITE):
-        # $SYS belongs to the broker and its in-process producers, never to clients.
-        broker.counters.denied += 1
-        refuse_publish(broker, conn, packet, ReasonCode.NOT_AUTHORIZED)
-        return
     if props is not NO_PROPERTIES and (props.topic_alias is not None):
         props = replace(props, topic_alias=None)
     expiry = props.message_expiry_interval
@@ -115,14 +101,9 @@ def on_publish(broker: Broker, conn: Connection, packet: Publish, now: float, ra
         conn.sink.write(encode(PubRec(pid), conn.version), broker.gated_acks)
 
 
-def store_full(broker: Broker, conn: Connection, packet: Publish) -> None:
+def store_full(broker: BrokerApi, conn: Connection, packet: Publish) -> None:
     """The durable store cannot take more: never acknowledge what was not stored."""
-    broker.counters.store_full += 1
-    if worth_logging(broker.counters.store_full, every=1000, first=1):
-        log.error(
-            "store full (size cap or disk headroom): refused %d QoS 1/2 message(s) so far",
-            broker.counters.store_full,
-        )
+    broker.count_store_full()
     if conn.is_v5:
         refuse_publish(broker, conn, packet, ReasonCode.QUOTA_EXCEEDED)
     else:
@@ -131,7 +112,7 @@ def store_full(broker: Broker, conn: Connection, packet: Publish) -> None:
         conn.closed = True
 
 
-def refuse_publish(broker: Broker, conn: Connection, packet: Publish, reason: int) -> None:
+def refuse_publish(broker: BrokerApi, conn: Connection, packet: Publish, reason: int) -> None:
     """Answer a PUBLISH that is not accepted (v5 reason code; 3.1.x: acked and dropped)."""
     pid = packet.packet_id or 0
     code = reason if conn.is_v5 else 0
@@ -148,12 +129,12 @@ def refuse_publish(broker: Broker, conn: Connection, packet: Publish, reason: in
         broker.protocol_error(conn, reason, "payload is not valid UTF-8")
 
 
-def on_puback(broker: Broker, conn: Connection, packet: PubAck, now: float) -> None:
+def on_puback(broker: BrokerApi, conn: Connection, packet: PubAck, now: float) -> None:
     """PUBACK from a subscriber: the QoS 1 delivery is done."""
     _delivery_done(broker, conn, packet.packet_id, 1, now)
 
 
-def _delivery_done(broker: Broker, conn: Connection, packet_id: int, qos: int,
+def _delivery_done(broker: BrokerApi, conn: Connection, packet_id: int, qos: int,
                    now: float) -> None:
     """The subscriber's last acknowledgement of a QoS `qos` delivery: forget it, send more."""
     session = conn.session
@@ -165,7 +146,7 @@ def _delivery_done(broker: Broker, conn: Connection, packet_id: int, qos: int,
         broker.dispatch.pump(session, now)
 
 
-def on_pubrec(broker: Broker, conn: Connection, packet: PubRec) -> None:
+def on_pubrec(broker: BrokerApi, conn: Connection, packet: PubRec) -> None:
     """PUBREC from a subscriber: answer PUBREL (or drop the delivery on a failure code)."""
     session = conn.session
     assert session is not None
@@ -188,7 +169,7 @@ def on_pubrec(broker: Broker, conn: Connection, packet: PubRec) -> None:
     )
 
 
-def on_pubrel(broker: Broker, conn: Connection, packet: PubRel) -> None:
+def on_pubrel(broker: BrokerApi, conn: Connection, packet: PubRel) -> None:
     """PUBREL from a publisher: forget its QoS 2 packet id and answer PUBCOMP."""
     session = conn.session
     assert session is not None
@@ -207,6 +188,6 @@ def on_pubrel(broker: Broker, conn: Connection, packet: PubRel) -> None:
     )
 
 
-def on_pubcomp(broker: Broker, conn: Connection, packet: PubComp, now: float) -> None:
+def on_pubcomp(broker: BrokerApi, conn: Connection, packet: PubComp, now: float) -> None:
     """PUBCOMP from a subscriber: the QoS 2 delivery is done."""
     _delivery_done(broker, conn, packet.packet_id, 2, now)

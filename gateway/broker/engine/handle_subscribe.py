@@ -7,9 +7,6 @@ the session, and answered in one SUBACK; retained messages then follow per retai
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING
-
 from gateway.broker.codec import encode
 from gateway.broker.codec.packets import (
     SubAck,
@@ -20,17 +17,12 @@ from gateway.broker.codec.packets import (
 from gateway.broker.codec.reason_codes import SUBACK_FAILURE_V3, ReasonCode
 from gateway.broker.codec.topics import parse_shared
 from gateway.broker.contracts.hooks import Access
-from gateway.broker.core.log_sampling import worth_logging
 from gateway.broker.core.router import SubOptions
 from gateway.broker.core.session import Connection, Session
-
-if TYPE_CHECKING:
-    from gateway.broker.engine.broker import Broker
-
-log = logging.getLogger("outpost.broker")
+from gateway.broker.engine.broker_api import BrokerApi
 
 
-def on_subscribe(broker: Broker, conn: Connection, packet: Subscribe, now: float) -> None:
+def on_subscribe(broker: BrokerApi, conn: Connection, packet: Subscribe, now: float) -> None:
     """Handle SUBSCRIBE: ACL, table, SUBACK, then retained messages."""
     session = conn.session
     assert session is not None and conn.info is not None
@@ -43,18 +35,12 @@ def on_subscribe(broker: Broker, conn: Connection, packet: Subscribe, now: float
             codes.append(ReasonCode.TOPIC_FILTER_INVALID if conn.is_v5 else SUBACK_FAILURE_V3)
             continue
         if not broker.hooks.check_acl(conn.info, sub.topic_filter, Access.SUBSCRIBE):
-            broker.counters.denied += 1
+            broker.count_denied()
             codes.append(ReasonCode.NOT_AUTHORIZED if conn.is_v5 else SUBACK_FAILURE_V3)
             continue
         if (sub.topic_filter not in session.subscriptions
                 and len(session.subscriptions) >= broker.limits.max_subscriptions_per_client):
-            broker.counters.subscriptions_limited += 1
-            count = broker.counters.subscriptions_limited
-            if worth_logging(count, every=1000):
-                log.warning("refused subscription %r of %s: it has %d, the limit "
-                            "(limits.max_subscriptions_per_client); %d refused so far",
-                            sub.topic_filter, session.client_id, len(session.subscriptions),
-                            count)
+            broker.count_subscription_limited(session, sub.topic_filter)
             codes.append(ReasonCode.QUOTA_EXCEEDED if conn.is_v5 else SUBACK_FAILURE_V3)
             continue
         group, actual = parse_shared(sub.topic_filter)
@@ -78,7 +64,7 @@ def on_subscribe(broker: Broker, conn: Connection, packet: Subscribe, now: float
 
 
 def send_retained(
-    broker: Broker,
+    broker: BrokerApi,
     session: Session,
     topic_filter: str,
     granted: int,
@@ -99,7 +85,7 @@ def send_retained(
         )
 
 
-def on_unsubscribe(broker: Broker, conn: Connection, packet: Unsubscribe) -> None:
+def on_unsubscribe(broker: BrokerApi, conn: Connection, packet: Unsubscribe) -> None:
     """Handle UNSUBSCRIBE and answer UNSUBACK with a code per filter."""
     session = conn.session
     assert session is not None

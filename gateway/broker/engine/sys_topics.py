@@ -9,12 +9,13 @@ names follow mosquitto's, so existing dashboards work unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gateway.broker.core.message import Message
-
-if TYPE_CHECKING:
-    from gateway.broker.engine.broker import Broker
+from gateway.broker.core.retained import RetainedStore
+from gateway.broker.core.router import SubscriptionTable
+from gateway.broker.core.session import Session
+from gateway.broker.engine.delivery import Counters
 
 VERSION = "outpost 0.1.0"
 # `$SYS/outpost/<name>`: access-control and abuse-limit counters (docs/security.md); outpost's
@@ -35,6 +36,18 @@ SECURITY_COUNTERS = (
 )
 
 
+class BrokerFigures(Protocol):
+    """What `$SYS` reads of the broker (gateway/broker/engine/broker.py)."""
+
+    counters: Counters
+    started_at: float
+    clients_connected: int
+    clients_maximum: int
+    sessions: dict[str, Session]
+    table: SubscriptionTable
+    retained: RetainedStore
+
+
 class SysPublisher:
     """Builds the `$SYS` messages from broker counters."""
 
@@ -49,7 +62,7 @@ class SysPublisher:
         # $SYS/outpost/<name>/<key>.
         self.sources: dict[str, Callable[[], Mapping[str, object]]] = {}
 
-    def due(self, broker: Broker, now: float) -> list[Message]:
+    def due(self, broker: BrokerFigures, now: float) -> list[Message]:
         """The messages to publish now (empty until the interval has passed)."""
         if self.interval <= 0 or now < self.next_at:
             return []

@@ -31,6 +31,7 @@ Password files, ACL files and certificates are read in gateway/broker/net/securi
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import math
@@ -42,7 +43,7 @@ from asyncio import sslproto
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from gateway.base.hostport import is_loopback
 from gateway.broker.codec.packets import Connect
@@ -55,12 +56,10 @@ from gateway.broker.contracts.auth import (
 )
 from gateway.broker.contracts.config import ListenerConfig
 from gateway.broker.core.log_sampling import worth_logging
-from gateway.broker.core.session import ClientInfo
+from gateway.broker.core.session import ClientInfo, Connection
+from gateway.broker.engine.broker import Broker
 from gateway.broker.net import websocket
 from gateway.broker.net.security_files import SecurityFiles, load_certificates
-
-if TYPE_CHECKING:
-    from gateway.broker.net.server import MQTTConnection, Server
 
 log = logging.getLogger("outpost.listeners")
 
@@ -71,6 +70,52 @@ _LOG_EVERY = 100  # refusals of one kind: the first ten logged, then every hundr
 # whose verdict is cached (reconnects) need no check at all.
 MAX_HASHING = 16
 MAX_HASHING_PER_SOURCE = 4
+
+
+# -- what the listeners need of the server ---------------------------------------------------
+
+
+class ClientConnection(asyncio.Protocol, abc.ABC):
+    """The protocol every listener ends in, as admission and the TLS and WebSocket wrappers
+    use it. `MQTTConnection` (gateway/broker/net/server.py, which imports this module)
+    implements it, so this module never imports the server."""
+
+    listener: ListenerConfig
+    label: str  # ClientInfo.listener
+    source: str | None  # counted by Admission (None: not counted)
+    before_connect: bool  # counted as "before CONNECT" by Admission
+    closing: bool
+    transport: asyncio.Transport | None
+    conn: Connection
+
+    @abc.abstractmethod
+    def adopt(self, source: str) -> None:
+        """This connection was counted for `source`."""
+
+    @abc.abstractmethod
+    def discard(self) -> None:
+        """Refused before it started: nothing to release, no broker connection."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close after what was written."""
+
+    @abc.abstractmethod
+    def resume_connect(self, packet: Connect) -> None:
+        """Admission is done with the parked CONNECT: hand it to the broker, read again."""
+
+
+class ListenerHost(Protocol):
+    """What listeners and admission need of the `Server` (gateway/broker/net/server.py)."""
+
+    broker: Broker
+    loop: asyncio.AbstractEventLoop
+    admission: Admission
+    bound: list[str]
+    unix_paths: list[Path]
+
+    def new_protocol(self, listener: ListenerConfig, label: str) -> ClientConnection:
+        """A connection protocol for `listener`."""
 
 
 # -- TLS -----------------------------------------------------------------------------------
@@ -121,7 +166,7 @@ def peer_source(peer: object) -> str:
 class Admission:
     """Per-source accept limits, the login throttle and password hashing off the loop."""
 
-    def __init__(self, server: Server, security: Security | None) -> None:
+    def __init__(self, server: ListenerHost, security: Security | None) -> None:
         limits = server.broker.limits
         self.server = server
         self.security = security
@@ -168,7 +213,7 @@ class Admission:
 
     # -- CONNECT -----------------------------------------------------------------------
 
-    def on_connect(self, protocol: MQTTConnection, packet: Connect) -> Connect | None:
+    def on_connect(self, protocol: ClientConnection, packet: Connect) -> Connect | None:
         """The CONNECT to hand to the broker now, or None when it was parked."""
         loop = self.server.loop
         now = loop.time()
@@ -194,7 +239,7 @@ class Admission:
         task.add_done_callback(self.tasks.discard)
         return None
 
-    async def _admit_later(self, protocol: MQTTConnection, packet: Connect, source: str,
+    async def _admit_later(self, protocol: ClientConnection, packet: Connect, source: str,
                            due: float) -> None:
         """Wait out the throttle delay, then hash the password in the worker thread."""
         loop = self.server.loop
@@ -241,7 +286,7 @@ class Admission:
                         self.hashing.get(source, 0), count)
         return False
 
-    def _judge(self, protocol: MQTTConnection, packet: Connect, source: str, now: float) -> None:
+    def _judge(self, protocol: ClientConnection, packet: Connect, source: str, now: float) -> None:
         """The CONNECT leaves admission: record a failed login against its source."""
         if protocol.before_connect:
             protocol.before_connect = False
@@ -282,8 +327,8 @@ class TLSAcceptor(asyncio.Protocol):
     is called once the handshake has completed.
     """
 
-    def __init__(self, server: Server, listener: ListenerConfig, context: ssl.SSLContext,
-                 inner: MQTTConnection | WebSocketConnection) -> None:
+    def __init__(self, server: ListenerHost, listener: ListenerConfig, context: ssl.SSLContext,
+                 inner: ClientConnection | WebSocketConnection) -> None:
         self.server = server
         self.listener = listener
         self.context = context
@@ -378,7 +423,7 @@ class _WSTransport(asyncio.Transport):
 class WebSocketConnection(asyncio.Protocol):
     """MQTT over WebSocket: the upgrade and the framing around one `MQTTConnection`."""
 
-    def __init__(self, server: Server, listener: ListenerConfig, label: str) -> None:
+    def __init__(self, server: ListenerHost, listener: ListenerConfig, label: str) -> None:
         self.server = server
         self.ws = websocket.MQTTWebSocket(listener.ws_path, listener.origins,
                                           server.broker.limits.max_packet_size)
@@ -467,7 +512,7 @@ def describe_auth(listener: ListenerConfig, security: Security | None, label: st
     return level, "; ".join(parts)
 
 
-async def start_listener(server: Server, listener: ListenerConfig, label: str
+async def start_listener(server: ListenerHost, listener: ListenerConfig, label: str
                          ) -> tuple[asyncio.AbstractServer, list[tuple[str, int]]]:
     """Bind one listener; returns its asyncio server and the bound (host, port) pairs."""
     loop = server.loop
@@ -480,7 +525,7 @@ async def start_listener(server: Server, listener: ListenerConfig, label: str
             loader.contexts[label] = (context, listener)
 
     def factory() -> asyncio.Protocol:
-        inner: MQTTConnection | WebSocketConnection
+        inner: ClientConnection | WebSocketConnection
         if kind in ("ws", "wss"):
             inner = WebSocketConnection(server, listener, label)
         else:

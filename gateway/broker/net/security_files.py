@@ -19,13 +19,12 @@ import ssl
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from gateway.base.settings import ConfigError
 from gateway.broker.contracts.acl import AccessList, AclError, parse_acl
 from gateway.broker.contracts.auth import ListenerPolicy, PasswordDB, Security
 from gateway.broker.contracts.config import TLS_TYPES, BrokerConfig, ListenerConfig, listener_labels
-from gateway.broker.contracts.hooks import BrokerHooks, HookChain
 from gateway.broker.contracts.passwords import (
     DEFAULT_ITERATIONS,
     PasswordFileError,
@@ -33,9 +32,6 @@ from gateway.broker.contracts.passwords import (
     parse_password_text,
     update_password_text,
 )
-
-if TYPE_CHECKING:
-    from gateway.broker.engine.broker import Broker
 
 log = logging.getLogger("outpost.security")
 T = TypeVar("T")
@@ -188,29 +184,6 @@ def load_certificates(context: ssl.SSLContext, listener: ListenerConfig) -> None
     context.load_cert_chain(str(listener.certfile), str(listener.keyfile))
     if listener.cafile is not None:
         context.load_verify_locations(cafile=str(listener.cafile))
-
-
-# -- read checks ---------------------------------------------------------------------------
-
-
-def needs_read_check(hooks: BrokerHooks) -> bool:
-    """Must the broker check READ access per delivery? (False saves work on the hot path.)"""
-    members = hooks.hooks if isinstance(hooks, HookChain) else [hooks]
-    for hook in members:
-        if isinstance(hook, HookChain):
-            if needs_read_check(hook):
-                return True
-        elif isinstance(hook, Security):
-            if hook.restricts_reading:
-                return True
-        elif type(hook).check_acl is not BrokerHooks.check_acl:
-            return True
-    return False
-
-
-def configure_read_checks(broker: Broker) -> None:
-    """Let the broker check READ access per delivery only when some hook restricts it."""
-    broker.dispatch.check_read = needs_read_check(broker.hooks)
 
 
 # -- password file maintenance (`outpost passwd`) ------------------------------------------

@@ -50,7 +50,7 @@ READ_BURST = 256 * 1024
 _UNSUPPORTED_VERSION_CONNACK = b"\x20\x02\x00\x01"  # 3.1.1 CONNACK, return code 1
 
 
-class MQTTConnection(asyncio.Protocol):
+class MQTTConnection(listeners.ClientConnection):
     """One client socket."""
 
     def __init__(self, server: Server, listener: ListenerConfig, label: str | None = None
@@ -106,7 +106,7 @@ class MQTTConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         server = self.server
-        server.broker.sys.bytes_received += len(data)
+        server.broker.count_bytes_received(len(data))
         if self.closing:
             return
         if self.parked:
@@ -247,7 +247,7 @@ class MQTTConnection(asyncio.Protocol):
         data = self.out[0] if len(self.out) == 1 else b"".join(self.out)
         self.out.clear()
         self.out_bytes = 0
-        self.server.broker.sys.bytes_sent += len(data)
+        self.server.broker.count_bytes_sent(len(data))
         self.transport.write(data)
 
     def abort(self) -> None:

@@ -11,7 +11,7 @@ from bridge.homeassistant.discovery import discovery_messages
 BRIDGE = BridgeConfig.model_validate({
     "prefix": "site/devs",
     "buses": [{"name": "b", "type": "tcp", "host": "127.0.0.1"}],
-    "devices": [{"name": "plc.1", "bus": "b", "unit": 1, "address_base": 0,
+    "devices": [{"name": "plc.1", "bus": "b", "unit_id": 1, "address_base": 0,
                  "description": "Pump PLC", "points": [
                      {"name": "state", "address": 0, "enum": {"0": "off"}, "unit": "x"},
                      {"name": "label", "address": 1, "type": "string", "count": 2},

@@ -68,7 +68,7 @@ timeout = 0.5
 [[bridge.devices]]
 name = "meter"
 bus = "line"
-unit = 1
+unit_id = 1
 address_base = 0
 poll_interval = 0.1
 points = [
@@ -187,7 +187,7 @@ def test_unknown_device_in_homeassistant_devices_is_refused() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config({"homeassistant": {"enabled": True, "devices": [{"name": "metre"}]},
                       "bridge": {"buses": [{"name": "b", "type": "tcp", "host": "h"}],
-                                 "devices": [{"name": "meter", "bus": "b", "unit": 1,
+                                 "devices": [{"name": "meter", "bus": "b", "unit_id": 1,
                                               "address_base": 0}]}})
     assert any(line.startswith("homeassistant:") and
                "devices.0.name: 'metre' is not a bridged device" in line

@@ -57,7 +57,7 @@ timeout = 0.5
 [[bridge.devices]]
 name = "plc"
 bus = "line"
-unit = 1
+unit_id = 1
 address_base = 0
 poll_interval = 0.1
 offline_after = 2

@@ -12,7 +12,7 @@ from bridge.sparkplug.sparkplug_b_pb2 import Payload
 BRIDGE = BridgeConfig.model_validate({
     "buses": [{"name": "b", "type": "tcp", "host": "127.0.0.1"}],
     "devices": [
-        {"name": "m1", "bus": "b", "unit": 1, "address_base": 0, "points": [
+        {"name": "m1", "bus": "b", "unit_id": 1, "address_base": 0, "points": [
             {"name": "u16", "address": 0},
             {"name": "i32", "address": 1, "type": "int32", "writable": True},
             {"name": "scaled", "address": 3, "type": "int16", "scale": 0.1, "unit": "V"},
@@ -20,7 +20,7 @@ BRIDGE = BridgeConfig.model_validate({
             {"name": "state", "address": 6, "enum": {"0": "off", "1": "on"}, "writable": True},
             {"name": "coil", "table": "coil", "address": 0, "writable": True},
         ]},
-        {"name": "m2", "bus": "b", "unit": 2, "address_base": 0, "points": [
+        {"name": "m2", "bus": "b", "unit_id": 2, "address_base": 0, "points": [
             {"name": "i64", "address": 0, "type": "int64", "writable": True},
         ]},
     ],

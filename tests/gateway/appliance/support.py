@@ -202,7 +202,7 @@ quiet_after_timeout = 0.05
 [[bridge.devices]]
 name = "{name}"
 bus = "line"
-unit = {unit}
+unit_id = {unit}
 address_base = 0
 poll_interval = {poll}
 report = "poll"

@@ -195,9 +195,6 @@ def test_bridge_set_topics_need_write_access() -> None:
 
 def test_denied_subscribe_publish_and_retained_and_will() -> None:
     h, _ = core()
-    from gateway.broker.net.security_files import configure_read_checks
-
-    configure_read_checks(h.broker)
     writer, wsink = h.connect("o1", version=5, username="operator", password=b"op")
     h.send(writer, Publish("site/m/v/set", b"9", qos=1, packet_id=1, retain=True))
     h.send(writer, Publish("other/x", b"1", qos=1, packet_id=2))
