@@ -139,6 +139,10 @@ class PointConfig(ReportFields):
     writable: bool = False
     readback: bool = True
     group: str = "default"
+    device_class: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")] | None = Field(
+        default=None, description="Home Assistant device class, e.g. power")
+    state_class: Literal["measurement", "total", "total_increasing"] | None = Field(
+        default=None, description="Home Assistant state class")
 
     @property
     def data_type(self) -> str:

@@ -31,6 +31,9 @@ flap `offline` -> `online` upstream:
   the diagnostics task; a changed `prefix` (every topic moves) restarts everything.
 Reloads run one after the other, each against the configuration the previous one left.
 
+Observers (`observers`, e.g. the Sparkplug edge node) see every point value and status the
+bridge publishes, right after it was published, and may write through `write`.
+
 Writes arrive as `<prefix>/<device>/<point>/set` with `{"id": ..., "value": ...}`; each runs
 as its own task (the bus serialises it with the polls) and answers on `.../set/result` with
 `{"id", "ok", "error"}` at QoS 1.
@@ -43,7 +46,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from bridge.config import BridgeConfig, DeviceConfig
 from bridge.modbus.bus import Counters, ModbusBus
@@ -58,6 +61,16 @@ from gateway.broker.engine.links import Link
 log = logging.getLogger("outpost.bridge")
 CLIENT_ID = "outpost-bridge"
 RESTART_DELAY = 5.0
+
+
+class BridgeObserver(Protocol):
+    """Sees what the bridge publishes (called on the event loop; must not block)."""
+
+    def point(self, topic: str, payload: bytes) -> None:
+        """A point value was published on `<prefix>/<device>/<point>`."""
+
+    def device_status(self, device: str, online: bool) -> None:
+        """A device's status was published."""
 
 
 class Bridge:
@@ -75,6 +88,7 @@ class Bridge:
         self._target: BridgeConfig | None = None  # the configuration the last reload asked for
         self._limbo: set[str] = set()  # devices a reload is stopping right now
         self.published = 0
+        self.observers: list[BridgeObserver] = []
         self.restart_delay = RESTART_DELAY
         self._configure(config)
 
@@ -303,11 +317,15 @@ class Bridge:
         if self.link is not None:
             self.published += 1
             self.link.publish(topic, payload, self.config.qos, self.config.retain)
+            for observer in self.observers:
+                observer.point(topic, payload)
 
     def _publish_status(self, device: str, online: bool) -> None:
         if self.link is not None:
             self.link.publish(f"{self.prefix}/{device}/status", ONLINE if online else OFFLINE,
                               1, True)
+            for observer in self.observers:
+                observer.device_status(device, online)
 
     async def _diagnostics(self) -> None:
         interval = self.config.diagnostics_interval
@@ -353,21 +371,26 @@ class Bridge:
 
     async def _write(self, device: str, point: str, value: object, ident: object,
                      result_topic: str) -> None:
-        written: object = value
-        registers: list[int] | None = None
         try:
-            if device in self.pollers:
-                written, registers = await self.pollers[device].write(point, value)
-            elif device in self.serial:
-                self.serial[device].command(point, value)
-            else:
-                raise WriteError(f"unknown device {device!r}")
+            written, registers = await self.write(device, point, value)
         except (WriteError, CommandError) as exc:
             self._refused(device, point, value, ident, result_topic, str(exc))
             return
         log.info("bridge: write %s/%s = %r done (wrote %r, registers %s)", device, point, value,
                  written, registers, extra={"device": device})
         self._result(result_topic, ident, None, written, registers)
+
+    async def write(self, device: str, point: str,
+                    value: object) -> tuple[object, list[int] | None]:
+        """Write a point of a device: what was written (after scaling and rounding) and the
+        registers it took (None for a serial command); WriteError / CommandError with the
+        reason."""
+        if device in self.pollers:
+            return await self.pollers[device].write(point, value)
+        if device in self.serial:
+            self.serial[device].command(point, value)
+            return value, None
+        raise WriteError(f"unknown device {device!r}")
 
     def _refused(self, device: str, point: str, value: object, ident: object, topic: str,
                  reason: str) -> None:

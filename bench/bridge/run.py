@@ -14,6 +14,11 @@ Figures, over a measured window after a warm-up:
 - gateway CPU: user + system seconds of the `outpost run` process per second of window, and per
   1,000 points/s.
 
+With `--sparkplug` the same invocation measures twice, the edge node off and then on
+(`[sparkplug]` publishing DDATA to the gateway's own listener, every point every poll), and
+adds the bytes per point on the wire: a JSON point's whole PUBLISH packet against a DDATA
+packet's size divided by its metrics (docs/sparkplug.md).
+
 Run from the repository root: `.venv/bin/python -m bench.bridge.run` (see docs/bridge.md).
 Exit status 1 when a target (points/s, requests per cycle) is missed, 0 otherwise.
 """
@@ -35,6 +40,7 @@ from pathlib import Path
 
 from bench import wire
 from bench.procstat import cpu_seconds
+from bridge.sparkplug.sparkplug_b_pb2 import Payload
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYOUT = (("uint16", 1, 0.4), ("int16", 1, 0.2), ("float32", 2, 0.2), ("int32", 2, 0.2))
@@ -52,10 +58,14 @@ def point_table(points: int) -> list[tuple[str, str, int]]:
 
 
 def config_text(port: int, devices: int, points: int, interval: float,
-                connections: int = 1) -> str:
+                connections: int = 1, sparkplug_port: int | None = None) -> str:
     """The outpost.toml of the run: `connections` TCP buses to the simulator, devices spread
-    over them round-robin."""
-    lines = ["[bridge]", "diagnostics_interval = 1.0", ""]
+    over them round-robin; a Sparkplug edge node publishing to `sparkplug_port` if given."""
+    lines = []
+    if sparkplug_port is not None:
+        lines += ["[sparkplug]", "enabled = true", f'addresses = ["127.0.0.1:{sparkplug_port}"]',
+                  ""]
+    lines += ["[bridge]", "diagnostics_interval = 1.0", ""]
     for bus in range(connections):
         lines += ["[[bridge.buses]]", f'name = "sim{bus}"', 'type = "tcp"',
                   'host = "127.0.0.1"', f"port = {port}", "timeout = 1.0", ""]
@@ -97,11 +107,15 @@ def start(args: list[str], pattern: str, log: Path) -> tuple[subprocess.Popen[st
 class Subscriber:
     """A raw MQTT 3.1.1 subscriber that counts point messages and keeps diagnostics."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, sparkplug: bool = False) -> None:
         self.sock = socket.create_connection((host, port))
-        self.sock.sendall(wire.connect("bench-bridge") + wire.subscribe(1, "devices/#", 0))
+        self.sock.sendall(wire.connect("bench-bridge") + wire.subscribe(1, "devices/#", 0)
+                          + (wire.subscribe(2, "spBv1.0/#", 0) if sparkplug else b""))
         self.buffer = bytearray()
         self.points = 0
+        self.json_bytes = 0  # PUBLISH packets of point values
+        self.sparkplug_metrics = 0  # metrics in DDATA
+        self.sparkplug_bytes = 0  # DDATA PUBLISH packets
         self.cycles: dict[str, int] = {}
         # per device: (received at, requests, cycles seen so far)
         self.diagnostics: dict[str, list[tuple[float, int, int]]] = {}
@@ -124,6 +138,13 @@ class Subscriber:
             first, body, end = found
             if first >> 4 == wire.PUBLISH:
                 topic = wire.publish_topic(buf, body)
+                if topic.startswith(b"spBv1.0/"):
+                    if b"/DDATA/" in topic:
+                        data = bytes(buf[body + 2 + len(topic):end])
+                        self.sparkplug_metrics += len(Payload.FromString(data).metrics)
+                        self.sparkplug_bytes += end - pos
+                    pos = end
+                    continue
                 leaf = topic.rsplit(b"/", 1)[1]
                 device = topic.split(b"/")[1].decode()
                 if leaf == b"diagnostics":
@@ -133,13 +154,22 @@ class Subscriber:
                 elif leaf == b"p0":
                     self.cycles[device] = self.cycles.get(device, 0) + 1
                     self.points += 1
+                    self.json_bytes += end - pos
                 elif leaf != b"status":
                     self.points += 1
+                    self.json_bytes += end - pos
             pos = end
         del buf[:pos]
 
 
-def run(opts: argparse.Namespace) -> dict[str, object]:
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago (the edge node must know it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run(opts: argparse.Namespace, sparkplug: bool = False) -> dict[str, object]:
     """One measured run; returns the figures."""
     from bridge.config import BridgeConfig
 
@@ -150,24 +180,28 @@ def run(opts: argparse.Namespace) -> dict[str, object]:
                        r"listening on (\d+)", workdir / "simulator.log")
     gateway = None
     try:
+        listen = free_port() if sparkplug else 0
         text = config_text(int(match.group(1)), opts.devices, opts.points, opts.interval,
-                           opts.connections)
+                           opts.connections, listen if sparkplug else None)
         (workdir / "outpost.toml").write_text(text)
         plan_minimum = {d.name: sum(len(r) for r in d.read_plan().values()) for d in
                         BridgeConfig.model_validate(tomllib.loads(text)["bridge"]).devices}
         gateway, ready = start(
             pinned(opts.gateway_cpu, [sys.executable, "-m", "gateway", "--log-level", "WARNING",
-                                      "run", "--listen", "127.0.0.1:0", "--config",
+                                      "run", "--listen", f"127.0.0.1:{listen}", "--config",
                                       str(workdir / "outpost.toml")]),
             r"listening on ([0-9.]+):(\d+)", workdir / "gateway.log")
         if opts.load_cpu != "none" and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, {int(c) for c in opts.load_cpu.split(",")})
-        sub = Subscriber(ready.group(1), int(ready.group(2)))
+        sub = Subscriber(ready.group(1), int(ready.group(2)), sparkplug)
         sub.pump(time.monotonic() + opts.warmup)
         pids = (gateway.pid, sim.pid, os.getpid())
         points0, cpu0, t0 = sub.points, [cpu_seconds(p) for p in pids], time.monotonic()
+        wire0 = (sub.json_bytes, sub.sparkplug_metrics, sub.sparkplug_bytes)
         sub.pump(t0 + opts.duration)
         points1, cpu1, t1 = sub.points, [cpu_seconds(p) for p in pids], time.monotonic()
+        json_bytes, sp_metrics, sp_bytes = (b - a for a, b in zip(
+            wire0, (sub.json_bytes, sub.sparkplug_metrics, sub.sparkplug_bytes), strict=True))
     finally:
         for proc in (gateway, sim):
             if proc is not None:
@@ -181,7 +215,15 @@ def run(opts: argparse.Namespace) -> dict[str, object]:
         inside = [sample for sample in samples if t0 <= sample[0] <= t1]
         if len(inside) >= 2 and inside[-1][2] > inside[0][2]:
             per_cycle[device] = (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])
+    wire_sizes: dict[str, object] = {
+        "json_bytes_per_point": round(json_bytes / (points1 - points0), 1)
+        if points1 > points0 else None}
+    if sparkplug:
+        wire_sizes.update({
+            "sparkplug_metrics_per_s": round(sp_metrics / elapsed),
+            "sparkplug_bytes_per_point": round(sp_bytes / sp_metrics, 1) if sp_metrics else None})
     return {
+        "sparkplug": sparkplug, **wire_sizes,
         "devices": opts.devices, "points_per_device": opts.points,
         "tcp_connections": opts.connections, "window_s": round(elapsed, 2),
         "points_per_s": round(rate), "gateway_cpu_cores": round(cpu, 3),
@@ -204,10 +246,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gateway-cpu", default="0")
     parser.add_argument("--load-cpu", default="1")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--sparkplug", action="store_true",
+                        help="measure twice: Sparkplug edge node off, then on")
     opts = parser.parse_args(argv)
     result = run(opts)
     for key, value in result.items():
         print(f"{key:>28}: {value}")
+    if opts.sparkplug:
+        with_sparkplug = run(opts, sparkplug=True)
+        print()
+        for key, value in with_sparkplug.items():
+            print(f"{key:>28}: {value}")
+        result = {**result, "with_sparkplug": with_sparkplug}
     per_cycle, minimum, rate = (result["requests_per_cycle"], result["plan_minimum"],
                                 result["points_per_s"])
     assert isinstance(per_cycle, dict) and isinstance(minimum, dict) and isinstance(rate, int)

@@ -13,14 +13,18 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from bridge.config import BridgeConfig
+from bridge.homeassistant.discovery import HomeAssistantDiscovery
 from bridge.runtime import Bridge
+from bridge.sparkplug.service import SparkplugService
 from bridge.uplink.hook import UplinkHook
 from bridge.uplink.outbox import MemoryOutbox
 from bridge.uplink.service import UplinkService
 from gateway.appliance.config import Config
 from gateway.appliance.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
+from gateway.appliance.reload import Reloader
 from gateway.appliance.status import StatusProvider
 from gateway.base.outbox import Outbox
 from gateway.base.settings import ConfigError
@@ -62,14 +66,18 @@ def build_hooks(config: Config, state_dir: Path | None) -> BrokerHooks:
     return MemoryStore()
 
 
+def build_outbox(store: BrokerHooks) -> Outbox:
+    """The store-and-forward outbox of the uplink and the Sparkplug edge node."""
+    # The outbox lives where the store does, so it commits with the publishes it records.
+    return SqliteOutbox(store) if isinstance(store, SqliteStore) else MemoryOutbox()
+
+
 def build_uplink(
-    config: Config, store: BrokerHooks
+    config: Config, store: BrokerHooks, outbox: Outbox | None
 ) -> tuple[BrokerHooks, UplinkService | None]:
     """The uplink's outbox hook chained after the store, and its service (None if disabled)."""
-    if not config.uplink.enabled:
+    if not config.uplink.enabled or outbox is None:
         return store, None
-    # The outbox lives where the store does, so it commits with the publishes it records.
-    outbox: Outbox = SqliteOutbox(store) if isinstance(store, SqliteStore) else MemoryOutbox()
     hook = UplinkHook(config.uplink, outbox)
     service = UplinkService(config.uplink, outbox, hook, config.gateway_id)
     return HookChain([store, hook]), service
@@ -94,7 +102,8 @@ async def serve(
     """
     loop = asyncio.get_running_loop()
     store = build_hooks(config, state_dir)
-    hooks, uplink = build_uplink(config, store)
+    outbox = build_outbox(store) if config.uplink.enabled or config.sparkplug.enabled else None
+    hooks, uplink = build_uplink(config, store, outbox)
     # Authentication and ACLs first: a refusal is decided before any store work.
     security = load_security(config)
     hooks = HookChain([security, hooks])
@@ -113,9 +122,14 @@ async def serve(
         daemon.install_signals()  # SIGHUP: reload
     addresses = await server.start(list(config.listeners))
     bridge = None
+    interop: list[Interop] = []
     if config.bridge.devices or config.bridge.serial:
         bridge = Bridge(config.bridge, broker)
+        interop = start_interop(config, bridge, broker, daemon.reloader, outbox)
         await bridge.start()
+    elif config.sparkplug.enabled or config.homeassistant.enabled:
+        log.warning("[sparkplug] / [homeassistant] enabled but [bridge] has no devices: "
+                    "nothing to publish")
     if uplink is not None:
         await uplink.start(broker)
     for name, part, section in (("bridge", bridge, "devices"), ("uplink", uplink, "uplink")):
@@ -135,9 +149,38 @@ async def serve(
     async with daemon.shutdown():  # STOPPING=1, and all of this within stop_timeout
         if bridge is not None:
             await bridge.stop()  # statuses go offline while clients are still connected
+        for extra in interop:  # after the bridge: the Sparkplug DDEATHs before the NDEATH
+            await extra.stop()
         if uplink is not None:
             await uplink.stop()
         await server.stop()
+
+
+class Interop(Protocol):
+    """A part that speaks for the bridge in another ecosystem's terms."""
+
+    def reload(self, bridge: BridgeConfig) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def start_interop(config: Config, bridge: Bridge, broker: Broker, reloader: Reloader,
+                  outbox: Outbox | None) -> list[Interop]:
+    """The Sparkplug edge node (holding DATA in `outbox`) and Home Assistant discovery, when
+    enabled (call before the bridge starts: they see every status it publishes)."""
+    parts: list[Interop] = []
+    if config.sparkplug.enabled and outbox is not None:
+        sparkplug = SparkplugService(config.sparkplug, config.gateway_id, bridge, outbox)
+        sparkplug.start()
+        parts.append(sparkplug)
+    if config.homeassistant.enabled:
+        discovery = HomeAssistantDiscovery(config.homeassistant, config.gateway_id, broker)
+        discovery.start(config.bridge)
+        parts.append(discovery)
+    for part in parts:
+        reloader.register(type(part).__name__, _section_reloader(part.reload, "bridge"),
+                          sections=("bridge",))
+    return parts
 
 
 def _section_reloader(reload_part: Callable[[Any], None], section: str) -> Callable[[Config], None]:

@@ -1,4 +1,5 @@
-"""The whole configuration file: the broker's sections plus storage, status, bridge and uplink.
+"""The whole configuration file: the broker's sections plus storage, status, bridge, uplink,
+sparkplug and homeassistant.
 
 `load_config` returns a `Config` or raises `ConfigError` listing every problem with its key path.
 Each package owns its section's model; this module only aggregates them.
@@ -13,6 +14,9 @@ from typing import Annotated
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from bridge.config import BridgeConfig
+from bridge.homeassistant.config import HomeAssistantConfig
+from bridge.sparkplug.config import SparkplugConfig, sparkplug_id
+from bridge.sparkplug.hold import RULE as HOLD_RULE
 from bridge.uplink.config import UplinkConfig
 from gateway.base.hostport import parse_host_port
 from gateway.base.settings import ConfigError, Section, format_errors
@@ -64,6 +68,40 @@ class Config(BrokerConfig):
     status: StatusConfig = StatusConfig()
     bridge: BridgeConfig = BridgeConfig()
     uplink: UplinkConfig = UplinkConfig()
+    sparkplug: SparkplugConfig = SparkplugConfig()
+    homeassistant: HomeAssistantConfig = HomeAssistantConfig()
+
+    @field_validator("sparkplug")
+    @classmethod
+    def _sparkplug_fits(cls, value: SparkplugConfig, info: ValidationInfo) -> SparkplugConfig:
+        gateway_id = info.data.get("gateway_id")
+        if value.enabled and value.edge_node_id is None and gateway_id is not None:
+            try:
+                sparkplug_id(gateway_id)
+            except ValueError as exc:  # the default edge node id is a topic level
+                raise ValueError(f"edge_node_id: the gateway_id {exc} (set edge_node_id)"
+                                 ) from None
+        # The edge node holds DATA in the uplink's outbox under its own rule name.
+        uplink = info.data.get("uplink")
+        if value.enabled and uplink is not None:
+            for index in range(len(uplink.forward)):
+                if uplink.rule_name(index) == HOLD_RULE:
+                    raise ValueError(f"uplink.forward.{index}: the rule name {HOLD_RULE!r} is "
+                                     f"the Sparkplug edge node's; choose another")
+        return value
+
+    @field_validator("homeassistant")
+    @classmethod
+    def _known_devices(cls, value: HomeAssistantConfig, info: ValidationInfo,
+                       ) -> HomeAssistantConfig:
+        bridge = info.data.get("bridge")
+        if bridge is not None:
+            names = {d.name for d in bridge.devices} | {s.name for s in bridge.serial}
+            for index, device in enumerate(value.devices):
+                if device.name not in names:
+                    raise ValueError(f"devices.{index}.name: {device.name!r} is not a bridged "
+                                     f"device (have {sorted(names)})")
+        return value
 
     @field_validator("uplink")
     @classmethod

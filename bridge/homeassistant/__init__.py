@@ -1,0 +1,1 @@
+"""Home Assistant MQTT discovery for the bridged points."""

@@ -1,0 +1,205 @@
+"""Sparkplug B payloads of the edge node: metric catalogue, encoding, command decoding (pure).
+
+Every bridged point is one metric of its device. Its Sparkplug datatype comes from the point's
+configuration: a Modbus integer type stays that type unless scale, offset or precision turn it
+into a Double; an enum is a String (the label); serial `float` / `coordinate` points are
+Doubles, `int` Int64. Aliases are numbered 1.. across all devices of the node in configuration
+order, so they are unique within the edge node as the specification requires; births carry
+name + alias + datatype (+ the engineering unit as the property `engUnit`), DATA messages the
+alias only.
+
+Signed integers travel as two's complement in the unsigned protobuf fields (Int8/16/32 in
+`int_value`, Int64 in `long_value`), as Sparkplug 3.0 specifies.
+
+`parse_command` turns a DCMD / NCMD metric back into a value for the bridge's write path and
+refuses (with `CommandRefusedError`) what does not fit the catalogue: unknown metric, a datatype or
+value field that is not the metric's, a read-only point.
+
+The generated `sparkplug_b_pb2.py` / `.pyi` come from the official Eclipse Tahu
+`sparkplug_b.proto` next to this file; regenerate them from the repository root with
+`python -m grpc_tools.protoc --proto_path=. --python_out=. --pyi_out=.
+bridge/sparkplug/sparkplug_b.proto` (grpcio-tools 1.76).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from bridge.config import BridgeConfig, DeviceConfig
+from bridge.modbus.convert import Value
+from bridge.serial.config import SerialDeviceConfig
+from bridge.sparkplug.sparkplug_b_pb2 import Payload
+
+NAMESPACE: Final = "spBv1.0"
+REBIRTH: Final = "Node Control/Rebirth"
+BDSEQ: Final = "bdSeq"
+
+INT8, INT16, INT32, INT64 = 1, 2, 3, 4
+UINT8, UINT16, UINT32, UINT64 = 5, 6, 7, 8
+FLOAT, DOUBLE, BOOLEAN, STRING = 9, 10, 11, 12
+
+_BITS = {INT8: 8, INT16: 16, INT32: 32, INT64: 64, UINT8: 8, UINT16: 16, UINT32: 32,
+         UINT64: 64}
+_SIGNED = {INT8, INT16, INT32, INT64}
+# The value field of the protobuf `oneof value` each datatype uses.
+VALUE_FIELD: Final = {
+    INT8: "int_value", INT16: "int_value", INT32: "int_value", UINT8: "int_value",
+    UINT16: "int_value", UINT32: "int_value", INT64: "long_value", UINT64: "long_value",
+    FLOAT: "float_value", DOUBLE: "double_value", BOOLEAN: "boolean_value",
+    STRING: "string_value",
+}
+_MODBUS_TYPES = {"bool": BOOLEAN, "bit": BOOLEAN, "int16": INT16, "uint16": UINT16,
+                 "int32": INT32, "uint32": UINT32, "int64": INT64, "uint64": UINT64,
+                 "float32": FLOAT, "float64": DOUBLE, "string": STRING}
+_SERIAL_TYPES = {"float": DOUBLE, "coordinate": DOUBLE, "int": INT64, "string": STRING,
+                 "bool": BOOLEAN}
+
+
+class CommandRefusedError(ValueError):
+    """A DCMD / NCMD metric that is not written; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One point as a Sparkplug metric."""
+
+    name: str
+    alias: int
+    datatype: int
+    unit: str | None
+    writable: bool
+
+
+def _modbus_metrics(device: DeviceConfig, alias: int) -> list[MetricSpec]:
+    metrics = []
+    for point in device.points:
+        if point.enum is not None:
+            datatype = STRING
+        elif point.scale != 1 or point.offset or point.precision is not None:
+            datatype = FLOAT if point.data_type == "float32" else DOUBLE
+        else:
+            datatype = _MODBUS_TYPES[point.data_type]
+        metrics.append(MetricSpec(point.name, alias, datatype, point.unit, point.writable))
+        alias += 1
+    return metrics
+
+
+def _serial_metrics(device: SerialDeviceConfig, alias: int) -> list[MetricSpec]:
+    # Serial points are read-only here: their commands are named strings, not point values.
+    return [MetricSpec(point.name, alias + i, _SERIAL_TYPES[point.type], point.unit, False)
+            for i, point in enumerate(device.points)]
+
+
+def catalogue(bridge: BridgeConfig) -> dict[str, list[MetricSpec]]:
+    """Device name -> its metrics, aliases unique across the node."""
+    devices: dict[str, list[MetricSpec]] = {}
+    alias = 1
+    for device in bridge.devices:
+        devices[device.name] = _modbus_metrics(device, alias)
+        alias += len(device.points)
+    for serial in bridge.serial:
+        devices[serial.name] = _serial_metrics(serial, alias)
+        alias += len(serial.points)
+    return devices
+
+
+def set_value(metric: Payload.Metric, datatype: int, value: Value) -> None:
+    """Put `value` into the metric's field for `datatype` (None: `is_null`)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        metric.is_null = True
+        return
+    field = VALUE_FIELD[datatype]
+    if datatype in _BITS:
+        number = int(value) if not isinstance(value, str) else int(float(value))
+        setattr(metric, field, number & ((1 << (32 if field == "int_value" else 64)) - 1))
+    elif datatype in (FLOAT, DOUBLE):
+        setattr(metric, field, float(value) if not isinstance(value, str) else float("nan"))
+    elif datatype == BOOLEAN:
+        metric.boolean_value = bool(value)
+    else:
+        metric.string_value = value if isinstance(value, str) else str(value)
+
+
+def get_value(metric: Payload.Metric, datatype: int) -> Value:
+    """The value of a received metric that must be of `datatype` (CommandRefusedError if not)."""
+    field = metric.WhichOneof("value")
+    if metric.is_null or field is None:
+        raise CommandRefusedError("no value")
+    if field != VALUE_FIELD.get(datatype):
+        raise CommandRefusedError(f"wrong datatype: the value is in {field}, expected "
+                             f"{VALUE_FIELD.get(datatype)}")
+    raw = getattr(metric, field)
+    if datatype in _BITS:
+        bits = _BITS[datatype]
+        width = 32 if field == "int_value" else 64
+        if datatype in _SIGNED:
+            raw = raw - (1 << width) if raw >= 1 << (width - 1) else raw
+            if not -(1 << (bits - 1)) <= raw < 1 << (bits - 1):
+                raise CommandRefusedError(f"{raw} does not fit the metric's datatype")
+        elif raw >= 1 << bits:
+            raise CommandRefusedError(f"{raw} does not fit the metric's datatype")
+        return int(raw)
+    if datatype in (FLOAT, DOUBLE, BOOLEAN, STRING):
+        return raw  # type: ignore[no-any-return]
+    raise CommandRefusedError(f"datatype {datatype} is not supported")
+
+
+def metric_of(metric: Payload.Metric, metrics: Iterable[MetricSpec]) -> MetricSpec:
+    """The catalogue entry a received metric names (by name, else by alias)."""
+    for spec in metrics:
+        if (metric.name and spec.name == metric.name) or (
+                not metric.name and metric.HasField("alias") and spec.alias == metric.alias):
+            return spec
+    label = metric.name or f"alias {metric.alias}"
+    raise CommandRefusedError(f"unknown metric {label!r}")
+
+
+def parse_command(metric: Payload.Metric, metrics: Iterable[MetricSpec]) -> tuple[str, Value]:
+    """A DCMD metric as (point name, value), checked against the catalogue."""
+    spec = metric_of(metric, metrics)
+    if metric.HasField("datatype") and metric.datatype != spec.datatype:
+        raise CommandRefusedError(f"{spec.name!r}: wrong datatype {metric.datatype} "
+                             f"(the metric is {spec.datatype})")
+    if not spec.writable:
+        raise CommandRefusedError(f"{spec.name!r} is read-only")
+    try:
+        return spec.name, get_value(metric, spec.datatype)
+    except CommandRefusedError as exc:
+        raise CommandRefusedError(f"{spec.name!r}: {exc}") from None
+
+
+def birth_metric(payload: Payload, spec: MetricSpec, value: Value, ts_ms: int) -> None:
+    """Append a birth metric: name, alias, datatype, unit property, current value."""
+    metric = payload.metrics.add(name=spec.name, alias=spec.alias, datatype=spec.datatype,
+                                 timestamp=ts_ms)
+    if spec.unit is not None:
+        metric.properties.keys.append("engUnit")
+        metric.properties.values.add(type=STRING, string_value=spec.unit)
+    set_value(metric, spec.datatype, value)
+
+
+def data_metric(payload: Payload, spec: MetricSpec, value: Value, ts_ms: int,
+                historical: bool = False) -> None:
+    """Append a DATA metric: alias, timestamp, value (and is_historical for held data)."""
+    metric = payload.metrics.add(alias=spec.alias, timestamp=ts_ms)
+    if historical:
+        metric.is_historical = True
+    set_value(metric, spec.datatype, value)
+
+
+def node_birth(seq: int, bdseq: int, ts_ms: int) -> Payload:
+    """The NBIRTH payload: bdSeq and the rebirth control."""
+    payload = Payload(timestamp=ts_ms, seq=seq)
+    payload.metrics.add(name=BDSEQ, datatype=INT64, long_value=bdseq, timestamp=ts_ms)
+    payload.metrics.add(name=REBIRTH, datatype=BOOLEAN, boolean_value=False, timestamp=ts_ms)
+    return payload
+
+
+def node_death(bdseq: int, ts_ms: int) -> bytes:
+    """The NDEATH payload (the will of the session): bdSeq only, no seq."""
+    payload = Payload(timestamp=ts_ms)
+    payload.metrics.add(name=BDSEQ, datatype=INT64, long_value=bdseq, timestamp=ts_ms)
+    return payload.SerializeToString()

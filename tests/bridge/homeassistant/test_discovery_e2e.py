@@ -1,0 +1,194 @@
+"""pymodbus simulator -> `outpost run` with Home Assistant discovery -> an MQTT client playing
+Home Assistant: it reads the retained discovery configs, checks the keys Home Assistant
+documents as required per component, sends commands the way Home Assistant renders them, and
+sees a removed point's config cleared after a SIGHUP reload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.bridge.simulator import Simulator
+from gateway.appliance.config import ConfigError, parse_config
+from tests.gateway.broker.e2e.helpers import PahoClient, wait_for
+from tests.support.broker_proc import BrokerProcess
+
+logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
+
+# What the Home Assistant MQTT docs mark "Required" per component (integrations/<c>.mqtt),
+# plus what device discovery needs: a unique_id and a device with identifiers.
+REQUIRED = {
+    "sensor": {"state_topic"},
+    "binary_sensor": {"state_topic"},
+    "number": {"command_topic"},
+    "switch": {"command_topic"},
+    "select": {"command_topic", "options"},
+}
+COMMON = {"unique_id", "device", "state_topic", "value_template", "availability_topic"}
+POINTS = """
+  { name = "power", address = 0, scale = 0.1, unit = "kW", device_class = "power",\
+    state_class = "measurement" },
+  { name = "setpoint", address = 1, writable = true, min = 0, max = 5000 },
+  { name = "mode", address = 2, enum = { 0 = "off", 1 = "auto" }, writable = true },
+  { name = "relay", table = "coil", address = 5, writable = true },
+  { name = "alarm", table = "discrete", address = 9 },
+"""
+
+
+def config(sim_port: int, points: str = POINTS) -> str:
+    return f"""
+gateway_id = "gw-7"
+
+[homeassistant]
+enabled = true
+
+[[homeassistant.devices]]
+name = "meter"
+manufacturer = "Eastron"
+model = "SDM630"
+
+[bridge]
+diagnostics_interval = 0
+
+[[bridge.buses]]
+name = "line"
+type = "tcp"
+host = "127.0.0.1"
+port = {sim_port}
+timeout = 0.5
+
+[[bridge.devices]]
+name = "meter"
+bus = "line"
+unit_id = 1
+address_base = 0
+poll_interval = 0.1
+points = [
+{points}
+]
+"""
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    simulator = Simulator([1], "tcp", size=20)
+    simulator.start()
+    yield simulator
+    simulator.stop()
+
+
+def retained_configs(client: PahoClient) -> dict[str, Any]:
+    """Topic -> the latest config (None once cleared)."""
+    found: dict[str, Any] = {}
+    for message in client.messages:
+        if message.topic.startswith("homeassistant/"):
+            found[message.topic] = json.loads(message.payload) if message.payload else None
+    return found
+
+
+@contextlib.contextmanager
+def home_assistant(gateway: BrokerProcess, count: int,
+                   ) -> Iterator[tuple[PahoClient, dict[str, Any]]]:
+    """A client subscribed to the discovery prefix, once `count` configs arrived."""
+    with PahoClient(gateway) as ha:
+        ha.connect()
+        ha.subscribe("homeassistant/#", 1)
+        yield ha, wait_for(lambda: len(found := retained_configs(ha)) == count and found, 15)
+
+
+def test_every_point_is_discovered_with_the_required_keys(
+    sim: Simulator, broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    with home_assistant(broker_factory(config(sim.port)), 5) as (_, configs):
+        pass
+    components = {topic.split("/")[1] + ":" + topic.split("/")[3] for topic in configs}
+    assert components == {"sensor:meter_power", "number:meter_setpoint", "select:meter_mode",
+                          "switch:meter_relay", "binary_sensor:meter_alarm"}
+    for topic, entity in configs.items():
+        component = topic.split("/")[1]
+        assert topic.split("/")[2] == "gw-7"
+        missing = (REQUIRED[component] | COMMON) - set(entity)
+        assert not missing, (topic, missing)
+        assert entity["availability_topic"] == "devices/meter/status"
+        assert entity["device"]["identifiers"] == ["gw-7_meter"]
+        assert entity["device"]["via_device"] == "gw-7"
+        assert entity["device"]["manufacturer"] == "Eastron"
+        assert entity["device"]["model"] == "SDM630"
+    power = configs["homeassistant/sensor/gw-7/meter_power/config"]
+    assert power["unit_of_measurement"] == "kW"
+    assert power["device_class"] == "power"
+    assert power["state_class"] == "measurement"
+    assert power["state_topic"] == "devices/meter/power"
+    assert power["value_template"] == "{{ value_json.value }}"
+    setpoint = configs["homeassistant/number/gw-7/meter_setpoint/config"]
+    assert (setpoint["min"], setpoint["max"]) == (0, 5000)
+    assert configs["homeassistant/select/gw-7/meter_mode/config"]["options"] == ["auto", "off"]
+
+
+def test_commands_write_through_the_bridge(
+    sim: Simulator, broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    gateway = broker_factory(config(sim.port))
+    with home_assistant(gateway, 5) as (ha, configs):
+        number = configs["homeassistant/number/gw-7/meter_setpoint/config"]
+        ha.publish(number["command_topic"],
+                   number["command_template"].replace("{{ value }}", "1234").encode(), 1)
+        wait_for(lambda: sim.registers(1, "holding")[1] == 1234, 15,
+                 message="the number command did not reach the simulator")
+        switch = configs["homeassistant/switch/gw-7/meter_relay/config"]
+        ha.publish(switch["command_topic"], switch["payload_on"].encode(), 1)
+        wait_for(lambda: sim.get_bit(1, "coil", 5), 15, message="the switch did not turn on")
+        select = configs["homeassistant/select/gw-7/meter_mode/config"]
+        ha.publish(select["command_topic"],
+                   select["command_template"].replace("{{ value }}", "auto").encode(), 1)
+        wait_for(lambda: sim.registers(1, "holding")[2] == 1, 15,
+                 message="the select command did not reach the simulator")
+
+
+def test_removed_point_is_cleared_after_reload(
+    sim: Simulator, broker_factory: Callable[..., BrokerProcess], tmp_path: Path,
+) -> None:
+    gateway = broker_factory(config(sim.port))
+    with home_assistant(gateway, 5) as (ha, _):
+        config_file = tmp_path / "broker0" / "outpost.toml"
+        kept = "\n".join(line for line in POINTS.splitlines() if '"alarm"' not in line)
+        config_file.write_text(config(sim.port, kept), encoding="utf-8")
+        gateway.process.send_signal(signal.SIGHUP)
+        topic = "homeassistant/binary_sensor/gw-7/meter_alarm/config"
+        wait_for(lambda: retained_configs(ha).get(topic, "") is None, 15,
+                 message="the removed point's config was not cleared")
+    with home_assistant(gateway, 4) as (_, configs):  # the clear is retained
+        assert topic not in configs
+
+
+def test_configs_a_previous_run_left_are_cleared_at_start(
+    sim: Simulator, broker_factory: Callable[..., BrokerProcess], tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    first = broker_factory(config(sim.port), "--state-dir", str(state))
+    with home_assistant(first, 5):
+        pass
+    first.stop()
+    kept = "\n".join(line for line in POINTS.splitlines() if '"alarm"' not in line)
+    second = broker_factory(config(sim.port, kept), "--state-dir", str(state))
+    with home_assistant(second, 4) as (_, configs):
+        assert "homeassistant/binary_sensor/gw-7/meter_alarm/config" not in configs
+
+
+def test_unknown_device_in_homeassistant_devices_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"homeassistant": {"enabled": True, "devices": [{"name": "metre"}]},
+                      "bridge": {"buses": [{"name": "b", "type": "tcp", "host": "h"}],
+                                 "devices": [{"name": "meter", "bus": "b", "unit_id": 1,
+                                              "address_base": 0}]}})
+    assert any(line.startswith("homeassistant:") and
+               "devices.0.name: 'metre' is not a bridged device" in line
+               for line in caught.value.errors), caught.value.errors
