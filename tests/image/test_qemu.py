@@ -1,6 +1,8 @@
-"""The amd64 disk image booted in QEMU (software emulation): syslinux, the initramfs mounting
-the data partition, first-boot growth and import of outpost.toml from the boot partition, MQTT
-from the host through a forwarded loopback port, and retained messages across a power cut."""
+"""The amd64 disk image booted in QEMU (software emulation; KVM with OUTPOST_QEMU_ACCEL=kvm):
+syslinux, the initramfs mounting the data partition, first-boot growth and import of
+outpost.toml from the boot partition, MQTT from the host through a forwarded loopback port,
+retained messages across a power cut, and RAUC's view of the booted slot after the health
+check."""
 
 from __future__ import annotations
 
@@ -59,6 +61,12 @@ def test_first_boot(vm: Qemu) -> None:
     assert report["state_dir"] == "outpost"
     assert "outpost.toml:_imported" in report["firstboot"]
     assert report["failed"] == "", report
+    # A/B updates: RAUC sees slot A booted, and the health check passed and marked it.
+    assert report["health"] == "active", report
+    # (amd64's noop boot selection has no primary slot, so "committed" is RAUC's to say.)
+    assert report["update"].startswith("A:") and "error" not in report["update"], report
+    print(f"\nRAUC: {report['update']}; the health check finished {report['health_done_s']} s "
+          f"after the kernel started ({vm.accel()[1]})")
 
 
 def test_publish_subscribe_from_the_host(vm: Qemu) -> None:

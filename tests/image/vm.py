@@ -8,6 +8,7 @@ with `nsenter -n`), and QEMU's user network is `restrict=on` with one host forwa
 from __future__ import annotations
 
 import os
+import platform
 import re
 import signal
 import socket
@@ -146,7 +147,8 @@ MAX_EARLY_STALLS = 2
 
 @dataclass
 class Qemu:
-    """The amd64 disk image in qemu-system-x86_64 (TCG), results read from its virtio console.
+    """The amd64 disk image in qemu-system-x86_64 (TCG; KVM on request, see `accel`), results
+    read from its virtio console.
 
     The guest writes `OUTPOST-REPORT key=value ...` lines to /dev/hvc0 (the image's
     outpost-boot-report.service); the serial port is only a debugging log.
@@ -181,14 +183,14 @@ class Qemu:
         if self.arm64_cmdline is None:
             machine = ["qemu-system-x86_64", "-machine", "pc"]
         else:
-            for name in ("vmlinuz", "initrd.img"):
-                fat_get(self.image, name, self.workdir / name)
+            for name in ("vmlinuz", "initrd.img"):  # root slot A's, as the Pi's config.txt says
+                fat_get(self.image, f"slot-a/{name}", self.workdir / name)
             machine = ["qemu-system-aarch64", "-machine", "virt", "-cpu", "cortex-a72",
                        "-kernel", str(self.workdir / "vmlinuz"),
                        "-initrd", str(self.workdir / "initrd.img"),
                        "-append", self.arm64_cmdline]
         command = [
-            *machine, "-accel", "tcg", "-smp", str(self.cpus),
+            *machine, *self.accel(), "-smp", str(self.cpus),
             "-m", str(self.memory_mib), "-display", "none", "-nodefaults", "-no-user-config",
             "-drive", f"file={self.image},format=raw,if=virtio,cache=unsafe",
             "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:1883",
@@ -201,6 +203,17 @@ class Qemu:
         ]
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def accel(self) -> list[str]:
+        """TCG, or KVM with OUTPOST_QEMU_ACCEL=kvm on a host that gives it to this guest (same
+        architecture, /dev/kvm usable). Not the default: on the nested-virtualisation CI
+        machine /dev/kvm exists but fails this guest ("failed to set MSR 0x10a" with
+        `-cpu host`, a KVM emulation failure in syslinux's real-mode code without it)."""
+        same_arch = (self.arm64_cmdline is None) == (platform.machine() == "x86_64")
+        if (os.environ.get("OUTPOST_QEMU_ACCEL") == "kvm" and same_arch
+                and os.access("/dev/kvm", os.R_OK | os.W_OK)):
+            return ["-accel", "kvm", "-cpu", "host"]
+        return ["-accel", "tcg"]
 
     def reports(self) -> list[dict[str, str]]:
         """Every boot report so far, oldest first."""
