@@ -33,10 +33,15 @@ for file in etc/fstab etc/rauc/system.conf; do
   sed -i "s/${DISK_ID}/${device_disk}/g" "${mnt}/${file}"
 done
 
-# The boot partition is mounted read-only on /boot/firmware: write it through a private
-# mount of the same partition, synced and gone before the hook returns.
+# The boot partition is mounted read-only on /boot/firmware: remounted read-write for the
+# copy and read-only again when the hook ends (a second mount of a mounted partition would
+# share its read-only superblock); mounted on a private directory if it is not mounted.
 if [ -n "${OUTPOST_BOOT_DIR:-}" ]; then
   fat="${OUTPOST_BOOT_DIR}"
+elif mountpoint -q /boot/firmware; then
+  fat=/boot/firmware
+  mount -o remount,rw "${fat}"
+  trap 'sync; mount -o remount,ro /boot/firmware' EXIT
 else
   fat="$(mktemp -d)"
   trap 'umount "${fat}" 2>/dev/null; rmdir "${fat}"' EXIT

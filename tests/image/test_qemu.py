@@ -6,14 +6,18 @@ check."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from tests.image import mqtt_tool
-from tests.image.conftest import BuiltImage
+from tests.image.conftest import REPO, BuiltImage
 from tests.image.vm import Qemu, fat_list, fat_put, fat_read
 
 pytestmark = [pytest.mark.image, pytest.mark.timeout(2400)]
@@ -46,6 +50,10 @@ def vm(amd64_image: BuiltImage, tmp_path_factory: pytest.TempPathFactory) -> Ite
     config = work / "outpost.toml"
     config.write_text(CONFIG)
     fat_put(disk, config, "outpost.toml")
+    # root's SSH key, imported like a user's (image/README.md): the update test runs commands
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "key")],
+                   check=True)
+    fat_put(disk, work / "key.pub", "authorized_keys")
     machine = Qemu(disk, work)
     machine.start()
     yield machine
@@ -85,6 +93,68 @@ def test_retained_messages_survive_a_power_cut(vm: Qemu) -> None:
     assert "first_boot" not in second["firstboot"]
     got = mqtt_tool.read_retained("127.0.0.1", vm.port, "image/qemu/retained")
     assert got == b"kept"
+
+
+def test_update_install_in_the_vm(vm: Qemu, amd64_image: BuiltImage, tmp_path: Path) -> None:
+    """`outpost update install` of the built bundle writes slot B, and a bundle signed by
+    another CA is refused on the device with both slots as they were. (amd64's boot selection
+    is noop: the device is not rebooted into B here; image/README.md.)"""
+    vm.wait_report(2, BOOT_TIMEOUT)
+    key = vm.workdir / "key"
+    bundle = amd64_image.image.with_suffix(".raucb")
+    version = json.loads(subprocess.run(
+        ["rauc", f"--keyring={REPO / 'image/keys/ca.cert.pem'}", "info", "--output-format=json",
+         str(bundle)], capture_output=True, text=True, check=True).stdout)["version"]
+
+    def upload(path: Path, name: str) -> None:
+        with path.open("rb") as source:
+            result = vm.ssh(key, f"mkdir -p /var/cache/outpost-update && "
+                                 f"cat > /var/cache/outpost-update/{name}", stdin=source)
+        assert result.returncode == 0, result.stderr
+
+    def status() -> dict[str, Any]:
+        result = vm.ssh(key, "outpost update status --json")
+        assert result.returncode == 0, result.stderr
+        return cast(dict[str, Any], json.loads(result.stdout))
+
+    upload(bundle, "new.raucb")
+    started = time.monotonic()
+    result = vm.ssh(key, "outpost update install /var/cache/outpost-update/new.raucb --no-reboot")
+    install_s = time.monotonic() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"installed {version}" in result.stdout
+    after = status()
+    slots = {slot["bootname"]: slot for slot in after["slots"]}
+    assert after["booted"] == "A" and slots["B"]["version"] == version, after
+    assert after["last_install"]["result"] == "installed"
+    # The hook put slot B's boot files on the boot partition, with the device's disk id.
+    cmdline = vm.ssh(key, "cat /boot/firmware/slot-b/cmdline.txt && cat /proc/cmdline")
+    slot_b, running = cmdline.stdout.splitlines()
+    disk = running.split("root=PARTUUID=")[1][:8]
+    assert f"root=PARTUUID={disk}-03" in slot_b.split() and "rauc.slot=B" in slot_b.split()
+
+    foreign = tmp_path / "foreign"
+    subprocess.run([str(REPO / "image/rauc/dev-keys.sh"), str(foreign / "keys"), "foreign"],
+                   check=True)
+    (foreign / "root").mkdir()
+    (foreign / "root" / "payload").write_bytes(os.urandom(300_000))
+    (foreign / "dir").mkdir()
+    subprocess.run(["mke2fs", "-q", "-t", "ext4", "-d", str(foreign / "root"),
+                    str(foreign / "dir" / "rootfs.ext4"), "8M"], check=True)
+    subprocess.run([str(REPO / "image/rauc/make-bundle.sh"), str(foreign / "dir"),
+                    str(foreign / "bad.raucb"), "outpost-x86-64", "9.9.9", "bad", "foreign",
+                    str(foreign / "keys/signing.cert.pem"), str(foreign / "keys/signing.key.pem"),
+                    str(foreign / "keys/ca.cert.pem")], check=True)
+    upload(foreign / "bad.raucb", "bad.raucb")
+    refused = vm.ssh(key, "outpost update install /var/cache/outpost-update/bad.raucb --no-reboot")
+    assert refused.returncode == 1 and "refused" in refused.stderr, refused.stderr
+    again = status()
+    assert again["booted"] == "A"
+    assert {s["bootname"]: s["version"] for s in again["slots"]} == {
+        s["bootname"]: s["version"] for s in after["slots"]}
+    assert again["last_install"]["result"] == "failed"
+    print(f"\ninstall of the {bundle.stat().st_size >> 20} MiB bundle in QEMU ({vm.accel()[1]}): "
+          f"{install_s:.0f} s")
 
 
 def test_boot_partition_after_the_import(vm: Qemu, tmp_path: Path) -> None:

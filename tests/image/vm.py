@@ -16,6 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from tests.support.mosquitto import free_port
 
@@ -158,6 +159,7 @@ class Qemu:
     workdir: Path
     memory_mib: int = 1024
     port: int = field(default_factory=free_port)
+    ssh_port: int = field(default_factory=free_port)  # the guest's sshd (authorized_keys import)
     # One vCPU: with two, TCG's unsynchronised TSCs now and then stall the guest kernel early
     # in its boot (seen after "IP idents hash table entries", before any user space).
     cpus: int = 1
@@ -193,7 +195,8 @@ class Qemu:
             *machine, *self.accel(), "-smp", str(self.cpus),
             "-m", str(self.memory_mib), "-display", "none", "-nodefaults", "-no-user-config",
             "-drive", f"file={self.image},format=raw,if=virtio,cache=unsafe",
-            "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:1883",
+            "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:1883,"
+                       f"hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
             "-device", "virtio-net-pci,netdev=net0",
             "-device", "virtio-serial-pci",
             "-chardev", f"file,id=hvc0,path={self.console_log}",
@@ -259,6 +262,17 @@ class Qemu:
             return ""
         text = self.serial_log.read_text(errors="replace")
         return text[text.rfind(KERNEL_START):] if KERNEL_START in text else text
+
+    def ssh(self, key: Path, command: str, stdin: IO[bytes] | None = None,
+            timeout: float = 1200.0) -> subprocess.CompletedProcess[str]:
+        """Run `command` as root in the guest (its sshd, with the key the test put on the boot
+        partition as authorized_keys)."""
+        return subprocess.run(
+            ["ssh", "-i", str(key), "-p", str(self.ssh_port), "-o", "BatchMode=yes",
+             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+             "-o", "ConnectTimeout=120", "-o", "LogLevel=ERROR", "root@127.0.0.1", command],
+            stdin=stdin if stdin is not None else subprocess.DEVNULL, capture_output=True,
+            timeout=timeout, check=False, text=True)
 
     def command(self, line: str) -> None:
         """One human-monitor command (system_reset, system_powerdown, quit)."""
