@@ -157,8 +157,52 @@ def test_update_install_in_the_vm(vm: Qemu, amd64_image: BuiltImage, tmp_path: P
           f"{install_s:.0f} s")
 
 
-def test_boot_partition_after_the_import(vm: Qemu, tmp_path: Path) -> None:
+def test_power_lost_during_an_install(vm: Qemu, amd64_image: BuiltImage) -> None:
+    """Power cut while RAUC writes slot B: the device boots slot A as before with its data,
+    and the same install succeeds when retried."""
     vm.wait_report(2, BOOT_TIMEOUT)
+    key = vm.workdir / "key"
+    slot_b = vm.ssh(key, "readlink -f /dev/disk/by-partuuid/$(sed -n "
+                         "'s/.*root=PARTUUID=\\([0-9a-f]*\\)-02.*/\\1/p' /proc/cmdline)-03")
+    assert slot_b.returncode == 0 and slot_b.stdout.startswith("/dev/"), slot_b.stderr
+    stat = f"/sys/class/block/{slot_b.stdout.strip().rsplit('/', 1)[-1]}/stat"
+
+    def written_mib() -> int:  # sectors written to slot B's partition since boot
+        result = vm.ssh(key, f"cat {stat}")
+        return int(result.stdout.split()[6]) * 512 >> 20 if result.returncode == 0 else 0
+
+    before = written_mib()
+    install = subprocess.Popen(
+        vm.ssh_command(key, "outpost update install /var/cache/outpost-update/new.raucb "
+                            "--no-reboot"),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        while written_mib() < before + 64:  # the event: RAUC is writing the slot
+            assert install.poll() is None, "the install ended before 64 MiB reached slot B"
+            assert time.monotonic() < deadline, "RAUC never wrote slot B"
+        vm.command("system_reset")  # the power cut
+    finally:
+        install.kill()
+        install.wait()
+    started = time.monotonic()
+    report = vm.wait_report(3, BOOT_TIMEOUT)
+    boot_s = time.monotonic() - started
+    assert report["outpost"] == "active" and report["update"].startswith("A:"), report
+    assert report["health"] == "active", report
+    got = mqtt_tool.read_retained("127.0.0.1", vm.port, "image/qemu/retained")
+    assert got == b"kept"
+    retry = vm.ssh(key, "outpost update install /var/cache/outpost-update/new.raucb --no-reboot")
+    assert retry.returncode == 0, retry.stdout + retry.stderr
+    version = retry.stdout.strip().splitlines()[-1].removeprefix("installed ")
+    status = json.loads(vm.ssh(key, "outpost update status --json").stdout)
+    assert {s["bootname"]: s["version"] for s in status["slots"]}["B"] == version
+    print(f"\npower cut during the install: back on slot A and healthy {boot_s:.0f} s later "
+          f"({vm.accel()[1]}); the retried install succeeded")
+
+
+def test_boot_partition_after_the_import(vm: Qemu, tmp_path: Path) -> None:
+    vm.wait_report(3, BOOT_TIMEOUT)
     vm.stop()
     names = fat_list(vm.image)
     assert "outpost.toml" not in names  # it may hold passwords: moved to the data partition

@@ -268,11 +268,14 @@ class Qemu:
         """Run `command` as root in the guest (its sshd, with the key the test put on the boot
         partition as authorized_keys)."""
         return subprocess.run(
-            ["ssh", "-i", str(key), "-p", str(self.ssh_port), "-o", "BatchMode=yes",
-             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-             "-o", "ConnectTimeout=120", "-o", "LogLevel=ERROR", "root@127.0.0.1", command],
+            self.ssh_command(key, command),
             stdin=stdin if stdin is not None else subprocess.DEVNULL, capture_output=True,
             timeout=timeout, check=False, text=True)
+
+    def ssh_command(self, key: Path, command: str) -> list[str]:
+        return ["ssh", "-i", str(key), "-p", str(self.ssh_port), "-o", "BatchMode=yes",
+                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "ConnectTimeout=120", "-o", "LogLevel=ERROR", "root@127.0.0.1", command]
 
     def command(self, line: str) -> None:
         """One human-monitor command (system_reset, system_powerdown, quit)."""
