@@ -15,10 +15,11 @@ boot tries (image/README.md, "Updating devices"). This module is outpost's side 
   the last install is kept in a small JSON file next to RAUC's status file.
 - `read_status`: `rauc status --detailed --output-format=json`, summarised: the booted slot,
   the version in each slot, whether the booted slot is committed, the last install.
-- `self_check` / `health_check`: after boot, the store opens, a listener answers an MQTT
-  CONNECT, and the configured uplink's broker is reachable or reported unreachable; within the
-  deadline the booted slot is marked good, otherwise bad and the device reboots, and the boot
-  selection falls back to the previous slot (outpost-health.service runs this).
+- `self_check` / `health_check`: after boot, outpost.service is active (it reported READY),
+  the store opens, a listener answers an MQTT CONNECT, and the configured uplink's broker is
+  reachable or reported unreachable; within the deadline the booted slot is marked good,
+  otherwise bad and the device reboots, and the boot selection falls back to the previous
+  slot (outpost-health.service runs this).
 """
 
 from __future__ import annotations
@@ -427,13 +428,21 @@ def _read_packet(sock: socket.socket) -> object:
         buf += chunk
 
 
+def _check_service(unit: str = "outpost.service") -> Check:
+    """The unit is active: with Type=notify, it reported READY (and has not failed since)."""
+    result = subprocess.run(["systemctl", "is-active", unit], capture_output=True, text=True,
+                            check=False)
+    state = result.stdout.strip() or result.stderr.strip()
+    return Check("service", result.returncode == 0, f"{unit}: {state}")
+
+
 def health_check(config: Config, state_dir: Path | None, device: Device, deadline: float,
                  progress: Progress, reboot: bool = True) -> bool:
     """Repeat the self-check until it passes or `deadline` seconds pass; then mark the booted
     slot good, or bad and reboot (the boot selection then falls back to the other slot)."""
     end = time.monotonic() + deadline
     while True:
-        checks = self_check(config, state_dir)
+        checks = [_check_service(), *self_check(config, state_dir)]
         if all(check.ok for check in checks) or time.monotonic() >= end:
             break
         time.sleep(1.0)  # the service may still be opening its listeners
