@@ -74,11 +74,14 @@ clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
 
 # -- flashable image: image/README.md ---------------------------------------------------------
-# `make image` (arm64, Raspberry Pi) or `make image ARCH=amd64` writes outpost-<version>-<arch>.img;
+# `make image` (arm64, Raspberry Pi) or `make image ARCH=amd64` writes outpost-<version>-<arch>.img
+# and the signed RAUC update bundle outpost-<version>-<arch>.raucb;
 # `make image-test` builds the amd64 image and boots it (systemd-nspawn, then QEMU).
 ARCH ?= arm64
+# rauc + squashfs-tools + openssl: the signed update bundle next to each image (and its tests).
 IMAGE_PACKAGES := mmdebstrap qemu-user-static binfmt-support arch-test systemd-container \
-	dosfstools mtools fdisk genimage e2fsprogs syslinux syslinux-common qemu-system-x86 qemu-system-arm
+	dosfstools mtools fdisk genimage e2fsprogs syslinux syslinux-common qemu-system-x86 qemu-system-arm \
+	rauc squashfs-tools openssl
 .PHONY: image image-test image-packages
 
 image-packages:

@@ -11,6 +11,10 @@
 #   2. venv-<key>.tar   /opt/outpost/venv with the dependencies (key: layer 1 + pyproject
 #                       dependencies). Wheels from PyPI for the target.
 #   3. every build      outpost's own wheel, the units, the overlay, the file systems. Seconds.
+# Next to the image it writes outpost-<version>-<arch>.raucb, the signed RAUC bundle of the same
+# root file system, for A/B updates of devices already in the field (image/README.md,
+# "Updating devices"). Signing: RAUC_CERT + RAUC_KEY (files or PKCS#11 URLs) and RAUC_KEYRING
+# (the CA the devices trust), or else a development CA and key made once in image/keys/.
 # The file systems are made from directory trees (mke2fs -d, mkfs.vfat + mcopy) and laid
 # into the disk image by genimage: no loop device, no mount. See image/README.md.
 set -euo pipefail
@@ -26,6 +30,7 @@ ROOT_MIB="${ROOT_MIB:-1280}"     # each root slot (A and B)
 DATA_MIB="${DATA_MIB:-384}"      # /var as built; grown to the end of the card on first boot
 ALIGN_MIB=4                      # SD erase blocks
 VENV=/opt/outpost/venv
+KEY_DIR="${RAUC_KEY_DIR:-${here}/keys}"   # development signing keys (git-ignored)
 
 log() { printf '[image %s %(%T)T] %s\n' "${ARCH}" -1 "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -36,7 +41,7 @@ case "${ARCH}" in
   *) die "ARCH must be arm64 or amd64, not ${ARCH}" ;;
 esac
 [ "$(id -u)" = 0 ] || die "run as root (mmdebstrap, chroot and file ownership need it)"
-for tool in mmdebstrap mke2fs mkfs.vfat mcopy genimage python3; do
+for tool in mmdebstrap mke2fs mkfs.vfat mcopy genimage python3 rauc mksquashfs openssl; do
   command -v "${tool}" >/dev/null || die "${tool} is missing: run 'make image-packages'"
 done
 [ "${ARCH}" != amd64 ] || command -v syslinux >/dev/null \
@@ -44,6 +49,13 @@ done
 
 VERSION="$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "${repo}/pyproject.toml")"
 IMAGE="${OUT_DIR}/outpost-${VERSION}-${ARCH}.img"
+BUNDLE="${OUT_DIR}/outpost-${VERSION}-${ARCH}.raucb"
+# The bundle's version: the project's plus a build id (UTC time and commit; BUILD_ID overrides).
+BUILD_ID="${BUILD_ID:-$(date -u +%Y%m%d%H%M%S).$(git -C "${repo}" rev-parse --short HEAD 2>/dev/null || echo nogit)}"
+case "${ARCH}" in  # RAUC's compatible: a bundle installs only on the board family it names
+  amd64) COMPATIBLE=outpost-x86-64 ;;
+  arm64) COMPATIBLE=outpost-raspberrypi-arm64 ;;
+esac
 cache="${CACHE}/${ARCH}"
 work="${cache}/work"
 mkdir -p "${cache}"
@@ -75,6 +87,21 @@ in_root() {
 }
 
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+# -- bundle signing: a real key, or the development CA made on first use ---------------------
+signing_keys() {  # sets sign_cert, sign_key, keyring
+  if [ -n "${RAUC_CERT:-}${RAUC_KEY:-}${RAUC_KEYRING:-}" ]; then
+    [ -n "${RAUC_CERT:-}" ] && [ -n "${RAUC_KEY:-}" ] && [ -n "${RAUC_KEYRING:-}" ] \
+      || die "RAUC_CERT, RAUC_KEY and RAUC_KEYRING are set together (image/README.md)"
+    sign_cert="${RAUC_CERT}" sign_key="${RAUC_KEY}" keyring="${RAUC_KEYRING}"
+    return
+  fi
+  sign_cert="${KEY_DIR}/signing.cert.pem" sign_key="${KEY_DIR}/signing.key.pem"
+  keyring="${KEY_DIR}/ca.cert.pem"
+  [ -f "${sign_cert}" ] && [ -f "${sign_key}" ] && [ -f "${keyring}" ] && return
+  log "no signing key: making a development CA and signing key in ${KEY_DIR} (never ship these)"
+  "${here}/rauc/dev-keys.sh" "${KEY_DIR}"
+}
 
 # -- layer 1: the bootstrapped root --------------------------------------------------------
 packages() { grep -hv '^\s*#' "${here}/packages.common" "${here}/packages.${ARCH}" | xargs; }
@@ -150,6 +177,21 @@ build_venv() {
 }
 
 # -- layer 3: stage the trees of the three file systems --------------------------------------
+install_rauc() {  # RAUC's system.conf, the keyring and the release facts the bundle hook reads
+  local root="$1" disk_id="$2"
+  mkdir -p "${root}/etc/rauc" "${root}/var/lib/rauc" "${root}/usr/lib/outpost"
+  install -m 0644 "${keyring}" "${root}/etc/rauc/keyring.pem"
+  "${here}/rauc/system-conf.sh" "${ARCH}" "${COMPATIBLE}" "${disk_id}" \
+    "outpost image ${VERSION} (${ARCH}), build ${BUILD_ID}" > "${root}/etc/rauc/system.conf"
+  cat > "${root}/usr/lib/outpost/release" <<EOF
+VERSION=${VERSION}
+BUILD=${BUILD_ID}
+DISK_ID=${disk_id}
+ARCH=${ARCH}
+COMPATIBLE=${COMPATIBLE}
+EOF
+}
+
 outpost_wheel() {  # build outpost's wheel from a copy of the sources (nothing left in the repo)
   local src="${work}/src"
   rm -rf "${src}" && mkdir -p "${src}"
@@ -162,7 +204,7 @@ outpost_wheel() {  # build outpost's wheel from a copy of the sources (nothing l
 
 install_systemd_files() {  # systemd/ from the repository, as the image's vendor files
   local root="$1" sd="${repo}/systemd"
-  install -m 0644 "${sd}/outpost.service" "${root}/usr/lib/systemd/system/outpost.service"
+  install -m 0644 -t "${root}/usr/lib/systemd/system" "${sd}"/*.service
   local dir dest
   for dir in sysusers.d tmpfiles.d journald.conf.d; do
     [ -d "${sd}/${dir}" ] || continue
@@ -190,6 +232,7 @@ stage() {
 
   install_systemd_files "${root}"
   cp -a "${here}/overlay/." "${root}/"
+  install_rauc "${root}" "${disk_id}"
   chmod 0755 "${root}/usr/libexec/outpost/"*
   systemd-sysusers --root="${root}" >/dev/null 2>&1
   local gid; gid="$(awk -F: '$1 == "outpost" {print $3}' "${root}/etc/group")"
@@ -227,6 +270,7 @@ tmpfs                   /tmp            tmpfs  nosuid,nodev,mode=1777,size=25%  
 EOF
 
   local units=(outpost.service outpost-firstboot.service outpost-boot-report.service
+               outpost-health.service
                systemd-networkd.service systemd-resolved.service systemd-timesyncd.service
                ssh.service)
   [ "${ARCH}" = arm64 ] && units+=(wpa_supplicant@wlan0.service)
@@ -239,32 +283,43 @@ EOF
   # Kernel and initrd (Debian's) for the boot partition.
   local kver; kver="$(basename "$(find "${root}/lib/modules" -mindepth 1 -maxdepth 1 | sort -V | tail -n1)")"
   rm -rf "${boot}" && mkdir -p "${boot}"
-  local cmdline="root=PARTUUID=${disk_id}-02 ro rootwait fsck.repair=yes"
+  # Each root slot's kernel, initrd (and on the Pi device trees and cmdline.txt) live in
+  # slot-a/ or slot-b/ on the FAT partition; an update's bundle hook writes the other one.
+  # The command line template stays in the root, for that hook.
+  local consoles="console=tty0 console=ttyS0,115200 console=hvc0"
+  [ "${ARCH}" = arm64 ] && consoles="console=tty0 console=ttyS1,115200 cma=64M net.ifnames=0"
+  mkdir -p "${root}/usr/lib/outpost/boot"
+  echo "root=@ROOT@ ro rootwait fsck.repair=yes rauc.slot=@SLOT@ ${consoles}" \
+    > "${root}/usr/lib/outpost/boot/cmdline.txt.in"
+  local cmdline; cmdline="$(sed -e "s/@ROOT@/PARTUUID=${disk_id}-02/" -e 's/@SLOT@/A/' \
+    "${root}/usr/lib/outpost/boot/cmdline.txt.in")"
+  mkdir -p "${boot}/slot-a"
+  cp "${root}/boot/vmlinuz-${kver}" "${boot}/slot-a/vmlinuz"
+  cp "${root}/boot/initrd.img-${kver}" "${boot}/slot-a/initrd.img"
   if [ "${ARCH}" = amd64 ]; then
-    cp "${root}/boot/vmlinuz-${kver}" "${boot}/vmlinuz"
-    cp "${root}/boot/initrd.img-${kver}" "${boot}/initrd.img"
     cat > "${boot}/syslinux.cfg" <<EOF
 # outpost image ${VERSION} (amd64): syslinux on the FAT partition, Debian's kernel ${kver}.
+# Root slot A; syslinux has no boot selection RAUC drives (image/README.md, "Updating devices").
 SERIAL 0 115200
 DEFAULT outpost
 PROMPT 0
 TIMEOUT 0
 LABEL outpost
-  LINUX /vmlinuz
-  INITRD /initrd.img
-  APPEND ${cmdline} console=tty0 console=ttyS0,115200 console=hvc0
+  LINUX /slot-a/vmlinuz
+  INITRD /slot-a/initrd.img
+  APPEND ${cmdline}
 EOF
   else
     # The Pi's boot files, the way raspi-firmware's kernel hook lays them out: its firmware
-    # (bootcode.bin, start*.elf, fixup*.dat), the kernel's upstream device trees, kernel and
-    # initrd. config.txt and cmdline.txt are ours.
+    # (bootcode.bin, start*.elf, fixup*.dat) at the top; the kernel's upstream device trees,
+    # kernel, initrd and cmdline.txt under the slot's os_prefix. config.txt is the committed
+    # slot; tryboot.txt (written by /usr/libexec/outpost/rauc-tryboot) the slot on trial.
     cp -a "${root}/usr/lib/raspi-firmware/." "${boot}/"
     find "${root}/usr/lib/linux-image-${kver}/broadcom" -name 'bcm27*.dtb' \
-      -exec cp -t "${boot}" {} +
-    cp "${root}/boot/vmlinuz-${kver}" "${boot}/vmlinuz"
-    cp "${root}/boot/initrd.img-${kver}" "${boot}/initrd.img"
+      -exec cp -t "${boot}/slot-a" {} +
     cat > "${boot}/config.txt" <<EOF
 # outpost image ${VERSION} (arm64): Debian's kernel ${kver} with upstream device trees.
+# os_prefix names the committed root slot's files (A/B updates: image/README.md).
 # Put your own settings into usercfg.txt (read last).
 arm_64bit=1
 enable_uart=1
@@ -272,12 +327,12 @@ upstream_kernel=1
 kernel=vmlinuz
 initramfs initrd.img followkernel
 disable_overscan=1
+os_prefix=slot-a/
 [all]
 include usercfg.txt
 EOF
     : > "${boot}/usercfg.txt"
-    echo "${cmdline} console=tty0 console=ttyS1,115200 cma=64M net.ifnames=0" \
-      > "${boot}/cmdline.txt"
+    echo "${cmdline}" > "${boot}/slot-a/cmdline.txt"
   fi
   cp "${here}/boot-README.txt" "${boot}/README.txt"
   rm -rf "${root}/boot/firmware" && mkdir -p "${root}/boot/firmware"
@@ -337,7 +392,13 @@ EOF
   genimage --loglevel 0 --config "${parts}/genimage.cfg" --inputpath "${parts}" \
     --rootpath "${parts}/empty" --tmppath "${parts}/tmp" --outputpath "$(dirname "${IMAGE}")"
   mv "${IMAGE}.part" "${IMAGE}"
+  mkdir -p "${work}/bundle" && mv "${parts}/root.ext4" "${work}/bundle/rootfs.ext4"
   rm -rf "${parts}"
+  "${here}/rauc/make-bundle.sh" "${work}/bundle" "${BUNDLE}" "${COMPATIBLE}" \
+    "${VERSION}+${BUILD_ID}" "${BUILD_ID}" "outpost ${VERSION} (${ARCH})" \
+    "${sign_cert}" "${sign_key}" "${keyring}"
+  rm -rf "${work}/bundle"
+  log "wrote ${BUNDLE} ($(du -h --apparent-size "${BUNDLE}" | cut -f1), ${COMPATIBLE} ${VERSION}+${BUILD_ID})"
 }
 
 main() {
@@ -345,17 +406,21 @@ main() {
   [ -f "${root_tar}" ] || bootstrap
   [ -f "${venv_tar}" ] || { ensure_binfmt; build_venv; }
   ensure_binfmt
+  signing_keys
   local disk_id; disk_id="$(od -An -N4 -tx4 /dev/urandom | tr -d ' \n')"
   stage "${disk_id}"
   layout "${disk_id}"
   log "wrote ${IMAGE} ($(du -h --apparent-size "${IMAGE}" | cut -f1), disk ${disk_id}) in $((SECONDS - started)) s"
-  echo "${IMAGE}"
+  echo "${BUNDLE}"
+  echo "${IMAGE}"  # last: the tests read the image path from the last line
 }
 
 if [ "${1:-}" = --print-image ]; then echo "${IMAGE}"; exit 0; fi
+if [ "${1:-}" = --print-bundle ]; then echo "${BUNDLE}"; exit 0; fi
 if [ "${1:-}" = --stage-only ]; then
   [ -f "${root_tar}" ] || bootstrap
   [ -f "${venv_tar}" ] || { ensure_binfmt; build_venv; }
+  signing_keys
   stage "$(od -An -N4 -tx4 /dev/urandom | tr -d ' \n')"; exit 0
 fi
 main

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from bridge import cli as bridge_cli
 from gateway import __version__
+from gateway.appliance import update
 from gateway.appliance.config import Config, load_config
 from gateway.base.hostport import parse_host_port
 from gateway.base.settings import ConfigError
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print the raw /status JSON")
 
     bridge_cli.add_parser(sub)  # outpost modbus plan|probe
+    _add_update_parser(sub)
 
     db = sub.add_parser("db", help="inspect, back up or compact the store "
                         "(all but vacuum safe on a live broker)")
@@ -117,6 +119,59 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--sleep-ms", type=float, default=5.0,
                              help="pause between steps, in ms (default 5)")
     return parser
+
+
+def _add_update_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    update = sub.add_parser("update", help="A/B updates of the root slots through RAUC "
+                            "(install a signed bundle, status, health check)")
+    update_sub = update.add_subparsers(dest="update_command", required=True)
+    install = update_sub.add_parser("install", help="install a bundle (a file or an https "
+                                    "URL) into the inactive slot, then reboot into it")
+    install.add_argument("source", help="bundle file or https:// URL")
+    install.add_argument("--ca-file", type=Path, help="CA certificates for the https server")
+    install.add_argument("--sha256", help="the bundle's expected sha256 (hex)")
+    install.add_argument("--no-reboot", action="store_true",
+                         help="install, but leave the reboot into the new slot for later")
+    status = update_sub.add_parser("status", help="booted slot, versions, last install, "
+                                   "whether the running slot is committed")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    health = update_sub.add_parser("health-check", help="self-check after boot, then mark the "
+                                   "booted slot good, or bad and reboot (outpost-health.service)")
+    health.add_argument("--config", type=Path, help=f"default: {DEFAULT_CONFIG} if present")
+    health.add_argument("--state-dir", type=Path, help="default: [storage] state_dir")
+    health.add_argument("--deadline", type=float, default=120.0,
+                        help="seconds the check may take to pass (default 120)")
+    health.add_argument("--no-reboot", action="store_true",
+                        help="mark the slot bad on failure, but do not reboot")
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    """`outpost update install|status|health-check`: gateway.appliance.update does the work."""
+    device = update.Device()
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        if args.update_command == "install":
+            info = update.install(args.source, device, say, ca_file=args.ca_file,
+                                  sha256=args.sha256, reboot=not args.no_reboot)
+            say(f"installed {info.version}")
+            return 0
+        if args.update_command == "status":
+            print(update.format_status(update.read_status(device), as_json=args.json))
+            return 0
+        path = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+        config = load_config(path)
+        good = update.health_check(config, args.state_dir, device, args.deadline, say,
+                                   reboot=not args.no_reboot)
+        return 0 if good else 1
+    except update.UpdateError as exc:
+        print(f"outpost update: {exc}", file=sys.stderr)
+        return 1
+    except ConfigError as exc:
+        _print_config_errors(exc)
+        return 2
 
 
 def _with_listeners(config: Config, listen: list[str] | None) -> Config:
@@ -318,5 +373,6 @@ def main(argv: list[str] | None = None) -> int:
         "passwd": cmd_passwd,
         "status": cmd_status,
         "modbus": cmd_modbus,
+        "update": cmd_update,
     }
     return handlers[args.command](args)

@@ -10,7 +10,8 @@ power cut can leave an SD card's file truncated or zero-filled, see mosquitto #2
    malformed, fails the check, or cannot be migrated is *moved aside* — renamed to
    `outpost.db.corrupt-<UTC timestamp>` together with its `-wal` and `-shm` (renamed so the
    pair still opens together for forensics) — with an ERROR log line, and the broker starts
-   with an empty store. A file written by a newer outpost is moved aside the same way as
+   with an empty store. A file written by a newer outpost that this one cannot use (see
+   schema.py: expand-then-contract) is moved aside the same way as
    `outpost.db.newer-<timestamp>` so an upgrade can bring it back;
 3. errors that say nothing about the file (disk full, I/O error, permission) are raised:
    moving a good file aside because the disk is full would throw data away;
@@ -118,9 +119,10 @@ def check_file(path: Path) -> None:
         if tables and "_sqlite_migrations" not in tables:
             raise UnreadableError(f"not an outpost database (tables: {sorted(tables)[:5]})")
         if tables:
-            unknown = [n for n in schema.applied(conn) if n not in schema.KNOWN]
-            if unknown:
-                raise UnreadableError(f"written by a newer outpost (migrations {unknown})", "newer")
+            try:  # a newer outpost's file is used as it is when its migrations allow it
+                schema.readable_newer_migrations(conn)
+            except schema.NewerSchemaError as exc:
+                raise UnreadableError(f"written by a newer outpost: {exc}", "newer") from exc
     except sqlite3.Error as exc:
         _classify(exc)
         raise

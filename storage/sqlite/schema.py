@@ -7,8 +7,16 @@ recorded or not at all (a crash in the middle leaves the previous version intact
 are never edited once released: a change is a new migration appended at the end, and a stored
 database file of every version lives in `tests/fixtures/db/` to prove the upgrade path.
 
-`meta.schema_version` is the number of migrations applied; a database that records a migration
-this code does not know was written by a newer outpost (`NewerSchemaError`).
+`meta.schema_version` is the number of migrations applied. A database that records migrations
+this code does not know was written by a newer outpost (after an update was rolled back, for
+example). Migrations are expand-then-contract (docs/storage.md, "Schema changes across
+versions"): an *expand* migration only adds (tables, indexes, columns that are nullable or have a
+default), so older code still reads and writes the file; a *contract* migration removes or
+changes what older code relies on. `meta.oldest_reader` is the lowest schema version whose code
+can use the file: the version of the last contract migration applied (1 while there is none),
+written by every outpost that migrates. An older outpost uses a newer file as it is when its own
+migrations are all applied and its version is at least `oldest_reader`; otherwise the file is
+refused (`NewerSchemaError`, and the store moves it aside intact, see recovery.py).
 
 Layout, chosen for flash (see docs/storage.md):
 
@@ -43,13 +51,21 @@ _Fn = Callable[[Database], None]
 MIGRATION_SET = "outpost"
 MIGRATIONS = Migrations(MIGRATION_SET)
 KNOWN: list[str] = []  # every migration name, in order
+CONTRACTS: set[str] = set()  # the contract migrations (older code cannot use the file after)
+OLDEST_READER = "oldest_reader"  # meta key: the lowest schema version that can use the file
 
 
-def _migration(name: str) -> Callable[[_Fn], _Fn]:
-    """Register a named migration (sqlite-utils runs it in one transaction with its record)."""
+def _migration(name: str, contract: bool = False) -> Callable[[_Fn], _Fn]:
+    """Register a named migration (sqlite-utils runs it in one transaction with its record).
+
+    `contract=True` marks a migration that older code cannot live with (a dropped or renamed
+    column or table, a changed meaning); every other migration must only expand the schema.
+    """
 
     def register(fn: _Fn) -> _Fn:
         KNOWN.append(name)
+        if contract:
+            CONTRACTS.add(name)
         return MIGRATIONS(name=name)(fn)
 
     return register
@@ -194,14 +210,19 @@ def migrate(
     again under the same ids. `stop_before` builds older versions (fixtures and tests only).
     """
     db = Database(conn, execute_plugins=False)
-    unknown = [m.name for m in MIGRATIONS.applied(db) if m.name not in KNOWN]
-    if unknown:
-        raise NewerSchemaError(f"database has migrations this outpost does not know: {unknown}")
-    pending = [m.name for m in MIGRATIONS.pending(db)]
-    if stop_before is not None and stop_before in pending:
-        pending = pending[: pending.index(stop_before)]
-    MIGRATIONS.apply(db, stop_before=stop_before)
+    newer = readable_newer_migrations(conn)
+    if newer:
+        pending = []  # a newer file is used as it is: nothing of it is changed but its rows
+    else:
+        pending = [m.name for m in MIGRATIONS.pending(db)]
+        if stop_before is not None and stop_before in pending:
+            pending = pending[: pending.index(stop_before)]
+        MIGRATIONS.apply(db, stop_before=stop_before)
     with db.atomic():
+        if not newer:
+            done = applied(conn)
+            oldest = max((KNOWN.index(n) + 1 for n in done if n in CONTRACTS), default=1)
+            _set_meta(conn, OLDEST_READER, str(oldest))
         epoch = conn.execute("SELECT value FROM meta WHERE key = 'epoch'").fetchone()
         renew = conn.execute("SELECT 1 FROM meta WHERE key = ?", (EPOCH_RENEW,)).fetchone()
         if epoch is None or renew is not None:
@@ -214,6 +235,35 @@ def migrate(
         if current is None or current[0] != gateway_id:
             _set_meta(conn, "gateway_id", gateway_id)
     return pending
+
+
+def readable_newer_migrations(conn: sqlite3.Connection) -> list[str]:
+    """The migrations of a newer outpost recorded in this file ([] for a file of ours).
+
+    Raises NewerSchemaError unless this outpost can use the file as it is: every migration it
+    knows is recorded (in its order, before the newer ones) and the newer outpost wrote an
+    `oldest_reader` no higher than this outpost's schema version.
+    """
+    recorded = applied(conn)
+    newer = [name for name in recorded if name not in KNOWN]
+    if not newer:
+        return []
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (OLDEST_READER,)).fetchone()
+    version = len(recorded)
+    if recorded[: len(KNOWN)] != KNOWN:
+        reason = "its migrations differ from this outpost's"
+    elif row is None:
+        reason = f"it does not say which versions can read it (no meta.{OLDEST_READER})"
+    elif not str(row[0]).isdigit():
+        reason = f"meta.{OLDEST_READER} is not a version number: {row[0]!r}"
+    elif int(row[0]) > SCHEMA_VERSION:
+        reason = f"it needs schema version {int(row[0])} or later to be read"
+    else:
+        return newer
+    raise NewerSchemaError(
+        f"database has schema version {version} (migrations this outpost does not know: "
+        f"{', '.join(newer)}), this outpost has {SCHEMA_VERSION}: {reason}"
+    )
 
 
 def meta(conn: sqlite3.Connection) -> dict[str, str]:

@@ -1,17 +1,23 @@
-"""The amd64 disk image booted in QEMU (software emulation): syslinux, the initramfs mounting
-the data partition, first-boot growth and import of outpost.toml from the boot partition, MQTT
-from the host through a forwarded loopback port, and retained messages across a power cut."""
+"""The amd64 disk image booted in QEMU (software emulation; KVM with OUTPOST_QEMU_ACCEL=kvm):
+syslinux, the initramfs mounting the data partition, first-boot growth and import of
+outpost.toml from the boot partition, MQTT from the host through a forwarded loopback port,
+retained messages across a power cut, and RAUC's view of the booted slot after the health
+check."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from tests.image import mqtt_tool
-from tests.image.conftest import BuiltImage
+from tests.image.conftest import REPO, BuiltImage
 from tests.image.vm import Qemu, fat_list, fat_put, fat_read
 
 pytestmark = [pytest.mark.image, pytest.mark.timeout(2400)]
@@ -44,6 +50,10 @@ def vm(amd64_image: BuiltImage, tmp_path_factory: pytest.TempPathFactory) -> Ite
     config = work / "outpost.toml"
     config.write_text(CONFIG)
     fat_put(disk, config, "outpost.toml")
+    # root's SSH key, imported like a user's (image/README.md): the update test runs commands
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "key")],
+                   check=True)
+    fat_put(disk, work / "key.pub", "authorized_keys")
     machine = Qemu(disk, work)
     machine.start()
     yield machine
@@ -59,6 +69,12 @@ def test_first_boot(vm: Qemu) -> None:
     assert report["state_dir"] == "outpost"
     assert "outpost.toml:_imported" in report["firstboot"]
     assert report["failed"] == "", report
+    # A/B updates: RAUC sees slot A booted, and the health check passed and marked it.
+    assert report["health"] == "active", report
+    # (amd64's noop boot selection has no primary slot, so "committed" is RAUC's to say.)
+    assert report["update"].startswith("A:") and "error" not in report["update"], report
+    print(f"\nRAUC: {report['update']}; the health check finished {report['health_done_s']} s "
+          f"after the kernel started ({vm.accel()[1]})")
 
 
 def test_publish_subscribe_from_the_host(vm: Qemu) -> None:
@@ -79,8 +95,114 @@ def test_retained_messages_survive_a_power_cut(vm: Qemu) -> None:
     assert got == b"kept"
 
 
-def test_boot_partition_after_the_import(vm: Qemu, tmp_path: Path) -> None:
+def test_update_install_in_the_vm(vm: Qemu, amd64_image: BuiltImage, tmp_path: Path) -> None:
+    """`outpost update install` of the built bundle writes slot B, and a bundle signed by
+    another CA is refused on the device with both slots as they were. (amd64's boot selection
+    is noop: the device is not rebooted into B here; image/README.md.)"""
     vm.wait_report(2, BOOT_TIMEOUT)
+    key = vm.workdir / "key"
+    bundle = amd64_image.image.with_suffix(".raucb")
+    version = json.loads(subprocess.run(
+        ["rauc", f"--keyring={REPO / 'image/keys/ca.cert.pem'}", "info", "--output-format=json",
+         str(bundle)], capture_output=True, text=True, check=True).stdout)["version"]
+
+    def upload(path: Path, name: str) -> None:
+        with path.open("rb") as source:
+            result = vm.ssh(key, f"mkdir -p /var/cache/outpost-update && "
+                                 f"cat > /var/cache/outpost-update/{name}", stdin=source)
+        assert result.returncode == 0, result.stderr
+
+    def status() -> dict[str, Any]:
+        result = vm.ssh(key, "outpost update status --json")
+        assert result.returncode == 0, result.stderr
+        return cast(dict[str, Any], json.loads(result.stdout))
+
+    upload(bundle, "new.raucb")
+    started = time.monotonic()
+    result = vm.ssh(key, "outpost update install /var/cache/outpost-update/new.raucb --no-reboot")
+    install_s = time.monotonic() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"installed {version}" in result.stdout
+    after = status()
+    slots = {slot["bootname"]: slot for slot in after["slots"]}
+    assert after["booted"] == "A" and slots["B"]["version"] == version, after
+    assert after["last_install"]["result"] == "installed"
+    # The hook put slot B's boot files on the boot partition, with the device's disk id.
+    cmdline = vm.ssh(key, "cat /boot/firmware/slot-b/cmdline.txt && cat /proc/cmdline")
+    slot_b, running = cmdline.stdout.splitlines()
+    disk = running.split("root=PARTUUID=")[1][:8]
+    assert f"root=PARTUUID={disk}-03" in slot_b.split() and "rauc.slot=B" in slot_b.split()
+
+    foreign = tmp_path / "foreign"
+    subprocess.run([str(REPO / "image/rauc/dev-keys.sh"), str(foreign / "keys"), "foreign"],
+                   check=True)
+    (foreign / "root").mkdir()
+    (foreign / "root" / "payload").write_bytes(os.urandom(300_000))
+    (foreign / "dir").mkdir()
+    subprocess.run(["mke2fs", "-q", "-t", "ext4", "-d", str(foreign / "root"),
+                    str(foreign / "dir" / "rootfs.ext4"), "8M"], check=True)
+    subprocess.run([str(REPO / "image/rauc/make-bundle.sh"), str(foreign / "dir"),
+                    str(foreign / "bad.raucb"), "outpost-x86-64", "9.9.9", "bad", "foreign",
+                    str(foreign / "keys/signing.cert.pem"), str(foreign / "keys/signing.key.pem"),
+                    str(foreign / "keys/ca.cert.pem")], check=True)
+    upload(foreign / "bad.raucb", "bad.raucb")
+    refused = vm.ssh(key, "outpost update install /var/cache/outpost-update/bad.raucb --no-reboot")
+    assert refused.returncode == 1 and "refused" in refused.stderr, refused.stderr
+    again = status()
+    assert again["booted"] == "A"
+    assert {s["bootname"]: s["version"] for s in again["slots"]} == {
+        s["bootname"]: s["version"] for s in after["slots"]}
+    assert again["last_install"]["result"] == "failed"
+    print(f"\ninstall of the {bundle.stat().st_size >> 20} MiB bundle in QEMU ({vm.accel()[1]}): "
+          f"{install_s:.0f} s")
+
+
+def test_power_lost_during_an_install(vm: Qemu, amd64_image: BuiltImage) -> None:
+    """Power cut while RAUC writes slot B: the device boots slot A as before with its data,
+    and the same install succeeds when retried."""
+    vm.wait_report(2, BOOT_TIMEOUT)
+    key = vm.workdir / "key"
+    slot_b = vm.ssh(key, "readlink -f /dev/disk/by-partuuid/$(sed -n "
+                         "'s/.*root=PARTUUID=\\([0-9a-f]*\\)-02.*/\\1/p' /proc/cmdline)-03")
+    assert slot_b.returncode == 0 and slot_b.stdout.startswith("/dev/"), slot_b.stderr
+    stat = f"/sys/class/block/{slot_b.stdout.strip().rsplit('/', 1)[-1]}/stat"
+
+    def written_mib() -> int:  # sectors written to slot B's partition since boot
+        result = vm.ssh(key, f"cat {stat}")
+        return int(result.stdout.split()[6]) * 512 >> 20 if result.returncode == 0 else 0
+
+    before = written_mib()
+    install = subprocess.Popen(
+        vm.ssh_command(key, "outpost update install /var/cache/outpost-update/new.raucb "
+                            "--no-reboot"),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        while written_mib() < before + 64:  # the event: RAUC is writing the slot
+            assert install.poll() is None, "the install ended before 64 MiB reached slot B"
+            assert time.monotonic() < deadline, "RAUC never wrote slot B"
+        vm.command("system_reset")  # the power cut
+    finally:
+        install.kill()
+        install.wait()
+    started = time.monotonic()
+    report = vm.wait_report(3, BOOT_TIMEOUT)
+    boot_s = time.monotonic() - started
+    assert report["outpost"] == "active" and report["update"].startswith("A:"), report
+    assert report["health"] == "active", report
+    got = mqtt_tool.read_retained("127.0.0.1", vm.port, "image/qemu/retained")
+    assert got == b"kept"
+    retry = vm.ssh(key, "outpost update install /var/cache/outpost-update/new.raucb --no-reboot")
+    assert retry.returncode == 0, retry.stdout + retry.stderr
+    version = retry.stdout.strip().splitlines()[-1].removeprefix("installed ")
+    status = json.loads(vm.ssh(key, "outpost update status --json").stdout)
+    assert {s["bootname"]: s["version"] for s in status["slots"]}["B"] == version
+    print(f"\npower cut during the install: back on slot A and healthy {boot_s:.0f} s later "
+          f"({vm.accel()[1]}); the retried install succeeded")
+
+
+def test_boot_partition_after_the_import(vm: Qemu, tmp_path: Path) -> None:
+    vm.wait_report(3, BOOT_TIMEOUT)
     vm.stop()
     names = fat_list(vm.image)
     assert "outpost.toml" not in names  # it may hold passwords: moved to the data partition

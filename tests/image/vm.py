@@ -8,6 +8,7 @@ with `nsenter -n`), and QEMU's user network is `restrict=on` with one host forwa
 from __future__ import annotations
 
 import os
+import platform
 import re
 import signal
 import socket
@@ -15,6 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from tests.support.mosquitto import free_port
 
@@ -146,7 +148,8 @@ MAX_EARLY_STALLS = 2
 
 @dataclass
 class Qemu:
-    """The amd64 disk image in qemu-system-x86_64 (TCG), results read from its virtio console.
+    """The amd64 disk image in qemu-system-x86_64 (TCG; KVM on request, see `accel`), results
+    read from its virtio console.
 
     The guest writes `OUTPOST-REPORT key=value ...` lines to /dev/hvc0 (the image's
     outpost-boot-report.service); the serial port is only a debugging log.
@@ -156,6 +159,7 @@ class Qemu:
     workdir: Path
     memory_mib: int = 1024
     port: int = field(default_factory=free_port)
+    ssh_port: int = field(default_factory=free_port)  # the guest's sshd (authorized_keys import)
     # One vCPU: with two, TCG's unsynchronised TSCs now and then stall the guest kernel early
     # in its boot (seen after "IP idents hash table entries", before any user space).
     cpus: int = 1
@@ -181,17 +185,18 @@ class Qemu:
         if self.arm64_cmdline is None:
             machine = ["qemu-system-x86_64", "-machine", "pc"]
         else:
-            for name in ("vmlinuz", "initrd.img"):
-                fat_get(self.image, name, self.workdir / name)
+            for name in ("vmlinuz", "initrd.img"):  # root slot A's, as the Pi's config.txt says
+                fat_get(self.image, f"slot-a/{name}", self.workdir / name)
             machine = ["qemu-system-aarch64", "-machine", "virt", "-cpu", "cortex-a72",
                        "-kernel", str(self.workdir / "vmlinuz"),
                        "-initrd", str(self.workdir / "initrd.img"),
                        "-append", self.arm64_cmdline]
         command = [
-            *machine, "-accel", "tcg", "-smp", str(self.cpus),
+            *machine, *self.accel(), "-smp", str(self.cpus),
             "-m", str(self.memory_mib), "-display", "none", "-nodefaults", "-no-user-config",
             "-drive", f"file={self.image},format=raw,if=virtio,cache=unsafe",
-            "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:1883",
+            "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:1883,"
+                       f"hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
             "-device", "virtio-net-pci,netdev=net0",
             "-device", "virtio-serial-pci",
             "-chardev", f"file,id=hvc0,path={self.console_log}",
@@ -201,6 +206,17 @@ class Qemu:
         ]
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def accel(self) -> list[str]:
+        """TCG, or KVM with OUTPOST_QEMU_ACCEL=kvm on a host that gives it to this guest (same
+        architecture, /dev/kvm usable). Not the default: on the nested-virtualisation CI
+        machine /dev/kvm exists but fails this guest ("failed to set MSR 0x10a" with
+        `-cpu host`, a KVM emulation failure in syslinux's real-mode code without it)."""
+        same_arch = (self.arm64_cmdline is None) == (platform.machine() == "x86_64")
+        if (os.environ.get("OUTPOST_QEMU_ACCEL") == "kvm" and same_arch
+                and os.access("/dev/kvm", os.R_OK | os.W_OK)):
+            return ["-accel", "kvm", "-cpu", "host"]
+        return ["-accel", "tcg"]
 
     def reports(self) -> list[dict[str, str]]:
         """Every boot report so far, oldest first."""
@@ -246,6 +262,20 @@ class Qemu:
             return ""
         text = self.serial_log.read_text(errors="replace")
         return text[text.rfind(KERNEL_START):] if KERNEL_START in text else text
+
+    def ssh(self, key: Path, command: str, stdin: IO[bytes] | None = None,
+            timeout: float = 1200.0) -> subprocess.CompletedProcess[str]:
+        """Run `command` as root in the guest (its sshd, with the key the test put on the boot
+        partition as authorized_keys)."""
+        return subprocess.run(
+            self.ssh_command(key, command),
+            stdin=stdin if stdin is not None else subprocess.DEVNULL, capture_output=True,
+            timeout=timeout, check=False, text=True)
+
+    def ssh_command(self, key: Path, command: str) -> list[str]:
+        return ["ssh", "-i", str(key), "-p", str(self.ssh_port), "-o", "BatchMode=yes",
+                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "ConnectTimeout=120", "-o", "LogLevel=ERROR", "root@127.0.0.1", command]
 
     def command(self, line: str) -> None:
         """One human-monitor command (system_reset, system_powerdown, quit)."""

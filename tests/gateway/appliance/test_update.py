@@ -1,0 +1,167 @@
+"""`outpost update`'s own parts that run without RAUC: fetching a bundle over a real local HTTPS
+server (CA file, sha256, a download that stops halfway, no space), the record of the last
+install, and the after-boot self-check against a real `outpost run`.
+
+RAUC itself (signatures, compatible, the tryboot backend, the built bundle) is tested in
+tests/image/test_bundle.py, behind the `image` marker, where `make image-packages` installs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gateway.appliance import update
+from gateway.appliance.config import parse_config
+from tests.conftest import require
+from tests.gateway.appliance.support import start_outpost
+
+PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
+
+
+@dataclass
+class Server:
+    base: str
+    ca_file: Path
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path == "/bundle.raucb":
+            self._send(len(PAYLOAD), PAYLOAD)
+        elif self.path == "/stops-halfway.raucb":
+            self._send(len(PAYLOAD), PAYLOAD[: len(PAYLOAD) // 2])  # then the connection closes
+        elif self.path == "/huge.raucb":
+            self._send(1 << 50, b"")  # 1 PiB announced: no data partition holds that
+        else:
+            self.send_error(404)
+
+    def _send(self, length: int, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Content-Type", "application/octet-stream")
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A real HTTPS server on 127.0.0.1 with a certificate from its own CA (made by openssl)."""
+    openssl = require("openssl")
+    d = tmp_path_factory.mktemp("https")
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-days", "2", "-subj", "/CN=test CA", "-keyout", str(d / "ca.key"),
+        "-out", str(d / "ca.pem"), "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign")
+    run("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-subj", "/CN=127.0.0.1", "-keyout", str(d / "server.key"), "-out", str(d / "server.csr"))
+    (d / "ext").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+    run("x509", "-req", "-in", str(d / "server.csr"), "-CA", str(d / "ca.pem"),
+        "-CAkey", str(d / "ca.key"), "-CAcreateserial", "-days", "2",
+        "-extfile", str(d / "ext"), "-out", str(d / "server.pem"))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(d / "server.pem", d / "server.key")
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Server(f"https://127.0.0.1:{httpd.server_address[1]}", d / "ca.pem")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_fetch_checks_the_sha256_and_reports_progress(https_server: Server, tmp_path: Path
+                                                      ) -> None:
+    lines: list[str] = []
+    got = update.fetch(f"{https_server.base}/bundle.raucb", tmp_path, https_server.ca_file,
+                       hashlib.sha256(PAYLOAD).hexdigest(), lines.append)
+    assert got == tmp_path / "bundle.raucb" and got.read_bytes() == PAYLOAD
+    assert lines[-1] == "download 1 MiB (100%)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle.raucb"]
+
+
+@pytest.mark.parametrize(("path", "sha256", "error"), [
+    ("/bundle.raucb", "0" * 64, "is not the expected"),
+    ("/stops-halfway.raucb", None, f"stopped after {len(PAYLOAD) // 2} bytes of {len(PAYLOAD)}"),
+    ("/huge.raucb", None, "not enough space"),
+    ("/missing.raucb", None, "download failed: Not Found"),
+])
+def test_a_bad_download_is_refused_and_leaves_nothing(
+        https_server: Server, tmp_path: Path, path: str, sha256: str | None, error: str) -> None:
+    with pytest.raises(update.UpdateError, match=error):
+        update.fetch(f"{https_server.base}{path}", tmp_path, https_server.ca_file, sha256,
+                     lambda line: None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_server_the_ca_file_does_not_vouch_for_is_refused(https_server: Server,
+                                                            tmp_path: Path) -> None:
+    with pytest.raises(update.UpdateError, match="CERTIFICATE_VERIFY_FAILED"):
+        update.fetch(f"{https_server.base}/bundle.raucb", tmp_path, None, None,
+                     lambda line: None)
+    with pytest.raises(update.UpdateError, match="only https://"):
+        update.fetch("http://127.0.0.1:1/bundle.raucb", tmp_path, None, None, lambda line: None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_install_is_recorded_and_touches_nothing(https_server: Server,
+                                                          tmp_path: Path) -> None:
+    (tmp_path / "system.conf").write_text("[system]\ncompatible=outpost-x86-64\n")
+    device = update.Device(rauc="rauc-is-never-reached", system_conf=tmp_path / "system.conf",
+                           download_dir=tmp_path / "download",
+                           last_install=tmp_path / "last.json")
+    url = f"{https_server.base}/stops-halfway.raucb"
+    with pytest.raises(update.UpdateError, match="stopped after"):
+        update.install(url, device, lambda line: None, ca_file=https_server.ca_file, reboot=False)
+    record = json.loads(device.last_install.read_text())
+    assert record["result"] == "failed" and record["source"] == url
+    assert "stopped after" in record["error"]
+    assert list(device.download_dir.iterdir()) == []
+    with pytest.raises(update.UpdateError, match="no such file"):
+        update.install(str(tmp_path / "nothing.raucb"), device, lambda line: None, reboot=False)
+
+
+def test_self_check_passes_on_a_running_gateway(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    outpost = start_outpost(tmp_path / "gw", "", "--state-dir", str(state))
+    try:
+        config = parse_config({"listeners": [{"bind": f"127.0.0.1:{outpost.port}"}],
+                               "uplink": {"enabled": True, "remotes": [
+                                   {"addresses": ["127.0.0.1:1"]}]}})
+        checks = {c.name: c for c in update.self_check(config, state)}
+        assert checks["store"].ok and "schema" in checks["store"].detail
+        assert checks["mqtt"].ok and "CONNACK 0" in checks["mqtt"].detail
+        # An unreachable cloud broker is reported, not a failure: the outbox keeps the data.
+        assert checks["uplink"].ok and "unreachable" in checks["uplink"].detail
+    finally:
+        outpost.stop()
+
+
+def test_self_check_fails_without_a_listener_or_store(tmp_path: Path) -> None:
+    outpost = start_outpost(tmp_path / "gw", "")
+    port = outpost.port
+    outpost.stop()  # nothing answers on that port any more
+    config = parse_config({"listeners": [{"bind": f"127.0.0.1:{port}"}]})
+    checks = {c.name: c for c in update.self_check(config, tmp_path / "no-state", timeout=2.0)}
+    assert not checks["mqtt"].ok and not checks["store"].ok
+    assert "no database" in checks["store"].detail
