@@ -226,7 +226,16 @@ class LimitsConfig(Section):
         description="addresses exempt from the per-address rate and count limits",
     )
     max_pending_connections: Annotated[int, Field(ge=1)] = Field(
-        default=256, description="connections that have not completed CONNECT, all addresses"
+        default=256, description="connections that have not completed CONNECT, all addresses; "
+        "when full, the oldest one from the address holding the most is closed to make room"
+    )
+    max_pending_per_source: Annotated[int, Field(ge=1)] = Field(
+        default=8, description="connections from one address that have not completed CONNECT "
+        "(exempt_sources excepted)"
+    )
+    max_pending_bytes: Annotated[int, Field(ge=1024)] = Field(
+        default=131_072, description="bytes buffered for a connection before its CONNECT is "
+        "complete (a CONNECT carrying a larger will needs more)"
     )
     max_subscriptions_per_client: Annotated[int, Field(ge=1)] = 1000
     max_topic_length: Annotated[int, Field(ge=1, le=65535)] = Field(

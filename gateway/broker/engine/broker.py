@@ -45,6 +45,7 @@ from gateway.broker.codec.reason_codes import (
     ReasonCode,
 )
 from gateway.broker.codec.topics import parse_shared
+from gateway.broker.contracts.auth import source_of
 from gateway.broker.contracts.config import BrokerConfig
 from gateway.broker.contracts.hooks import (
     INTERNAL_LISTENERS,
@@ -54,7 +55,7 @@ from gateway.broker.contracts.hooks import (
     SessionRecord,
 )
 from gateway.broker.core.inflight import Outbound
-from gateway.broker.core.log_sampling import worth_logging
+from gateway.broker.core.log_sampling import SourceCounts, clip, worth_logging
 from gateway.broker.core.message import Message
 from gateway.broker.core.retained import RetainedStore
 from gateway.broker.core.router import SubscriptionTable
@@ -95,6 +96,8 @@ class Broker:
         self.links_connected = 0  # in-process links among clients_connected
         self.clients_maximum = 0
         self.gated_acks = self.hooks.durable
+        # refused CONNECTs and protocol errors, per address: their log lines are sampled
+        self.refusals_by_source = SourceCounts()
 
     def restore(self, state: RestoredState, now: float) -> None:
         """Rebuild sessions, queues, in-flight state and retained messages from a store."""
@@ -195,10 +198,13 @@ class Broker:
         """Close `conn` because the client broke the protocol (v5: DISCONNECT with reason)."""
         if conn.closed:
             return
-        log.info(
-            "closing %s (%s): %s (reason 0x%02X)", conn.client_id or conn.peer, conn.peer,
-            message, reason,
-        )
+        count = self.refusals_by_source.add(source_of(conn.peer))
+        if worth_logging(count, every=100):
+            log.info(
+                "closing %s (%s): %s (reason 0x%02X; %d from there so far)",
+                clip(conn.client_id) if conn.client_id else conn.peer, conn.peer,
+                clip(message, 200), reason, count,
+            )
         if conn.is_v5 and conn.session is not None:
             props = Properties(reason_string=message) if conn.request_problem_information else (
                 NO_PROPERTIES
@@ -226,7 +232,7 @@ class Broker:
             self.counters.packets_limited += 1
         if conn.session is None and error.protocol_level == MQTT_5 and not conn.closed:
             # A v5 CONNECT that does not parse: a CONNACK carrying the reason, then close.
-            log.info("bad CONNECT from %s: %s", conn.peer, error.reason)
+            log.info("bad CONNECT from %s: %s", conn.peer, clip(error.reason, 200))
             conn.version = MQTT_5
             code = error.reason_code
             if code not in _CONNACK_CODES:
@@ -312,7 +318,7 @@ class Broker:
         if worth_logging(count, every=1000):
             log.warning(
                 "refused the %s topic of %s from %s: %d bytes / %d levels is over the limit "
-                "(%d bytes, %d levels; %d refused so far)", what, info.client_id, info.peer,
+                "(%d bytes, %d levels; %d refused so far)", what, clip(info.client_id), info.peer,
                 size, levels, limits.max_topic_length, limits.max_topic_levels, count,
             )
         return True

@@ -22,8 +22,9 @@ from gateway.broker.codec.packets import (
     Properties,
 )
 from gateway.broker.codec.reason_codes import ReasonCode, v3_connack_code
+from gateway.broker.contracts.auth import source_of
 from gateway.broker.contracts.hooks import INTERNAL_LISTENERS, Access
-from gateway.broker.core.log_sampling import worth_logging
+from gateway.broker.core.log_sampling import clip, worth_logging
 from gateway.broker.core.session import NEVER_EXPIRES, ClientInfo, Connection, Session
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) ->
         if worth_logging(count, every=100):
             log.warning(
                 "refused %s from %s: %d clients connected (limits.max_connections; %d refused "
-                "so far)", client_id, conn.peer, broker.limits.max_connections, count,
+                "so far)", clip(client_id), conn.peer, broker.limits.max_connections, count,
             )
     keep_alive = packet.keep_alive
     server_keep_alive: int | None = None
@@ -131,7 +132,10 @@ def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) ->
 
 def refuse(broker: Broker, conn: Connection, reason: int) -> None:
     """Answer CONNECT with a refusal and close."""
-    log.info("refused %s from %s: reason 0x%02X", conn.client_id, conn.peer, reason)
+    count = broker.refusals_by_source.add(source_of(conn.peer))
+    if worth_logging(count, every=100):
+        log.info("refused %s from %s: reason 0x%02X (%d from there so far)",
+                 clip(conn.client_id), conn.peer, reason, count)
     code = reason if conn.is_v5 else v3_connack_code(reason)
     conn.sink.write(encode(ConnAck(False, code), conn.version))
     conn.sink.close()

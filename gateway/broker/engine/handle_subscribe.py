@@ -20,7 +20,7 @@ from gateway.broker.codec.packets import (
 from gateway.broker.codec.reason_codes import SUBACK_FAILURE_V3, ReasonCode
 from gateway.broker.codec.topics import parse_shared
 from gateway.broker.contracts.hooks import Access
-from gateway.broker.core.log_sampling import worth_logging
+from gateway.broker.core.log_sampling import clip, worth_logging
 from gateway.broker.core.router import SubOptions
 from gateway.broker.core.session import Connection, Session
 
@@ -51,9 +51,10 @@ def on_subscribe(broker: Broker, conn: Connection, packet: Subscribe, now: float
             broker.counters.subscriptions_limited += 1
             count = broker.counters.subscriptions_limited
             if worth_logging(count, every=1000):
-                log.warning("refused subscription %r of %s: it has %d, the limit "
+                log.warning("refused subscription %s of %s: it has %d, the limit "
                             "(limits.max_subscriptions_per_client); %d refused so far",
-                            sub.topic_filter, session.client_id, len(session.subscriptions),
+                            clip(sub.topic_filter), clip(session.client_id),
+                            len(session.subscriptions),
                             count)
             codes.append(ReasonCode.QUOTA_EXCEEDED if conn.is_v5 else SUBACK_FAILURE_V3)
             continue

@@ -59,7 +59,8 @@ class MQTTConnection(asyncio.Protocol):
         self.listener = listener
         self.label = label or listener.bind  # ClientInfo.listener
         self.source: str | None = None  # counted by Admission (None: not counted)
-        self.before_connect = False  # counted as "before CONNECT" by Admission
+        self.admitted: listeners.PendingConnection | None = None  # released when it closes
+        self.pending: listeners.PendingConnection | None = None  # set until CONNECT is judged
         self.parked = False  # the CONNECT waits in Admission; reading is paused
         self.refused = False
         self.transport: asyncio.Transport | None = None
@@ -80,11 +81,12 @@ class MQTTConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if self.source is None:  # not admitted by a TLS acceptor: count it here
             source = listeners.peer_source(peer)
-            if not self.server.admission.accept(source):
+            admitted = self.server.admission.accept(source, self.transport.abort)
+            if admitted is None:
                 self.discard()
                 self.transport.abort()
                 return
-            self.adopt(source)
+            self.adopt(admitted)
         self.server.connections.add(self)
         self.transport.set_write_buffer_limits(HIGH_WATER, HIGH_WATER // 4)
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else (
@@ -94,10 +96,10 @@ class MQTTConnection(asyncio.Protocol):
             self.server.loop.time(),
         )
 
-    def adopt(self, source: str) -> None:
-        """This connection was counted for `source` (released in `connection_lost`)."""
-        self.source = source
-        self.before_connect = True
+    def adopt(self, admitted: listeners.PendingConnection) -> None:
+        """This connection was counted by Admission (released in `connection_lost`)."""
+        self.source = admitted.source
+        self.admitted = self.pending = admitted
 
     def discard(self) -> None:
         """Refused before it started: nothing to release, no broker connection."""
@@ -155,6 +157,8 @@ class MQTTConnection(asyncio.Protocol):
             return
         if offset < end:
             self.buffer += data[offset:] if offset else data
+            if self.pending is not None and len(self.buffer) > broker.limits.max_pending_bytes:
+                self.server.admission.overflowed(self)
 
     def _park(self, data: bytes, offset: int, end: int) -> None:
         self.parked = True
@@ -183,9 +187,9 @@ class MQTTConnection(asyncio.Protocol):
         self.server.connections.discard(self)
         if self.refused:
             return
-        if self.source is not None:
-            self.server.admission.release(self.source, self.before_connect)
-            self.before_connect = False
+        if self.admitted is not None:
+            self.server.admission.release(self.admitted)
+            self.admitted = self.pending = None
         self.server.broker.connection_lost(self.conn, self.server.loop.time())
 
     def pause_writing(self) -> None:
