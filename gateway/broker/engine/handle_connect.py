@@ -102,6 +102,13 @@ def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) ->
         expiry = min(props.session_expiry_interval or 0, broker.limits.max_session_expiry)
     else:
         expiry = 0 if packet.clean_start else NEVER_EXPIRES
+    if (expiry and broker.gated_acks and client_id not in broker.sessions
+            and not broker.hooks.accepting()):
+        # A new persistent session the full store cannot take: say so (0x97; 3.1.1: 3)
+        # rather than leave the client without a CONNACK. Existing sessions still resume,
+        # so their queues can drain.
+        refuse(broker, conn, ReasonCode.QUOTA_EXCEEDED)
+        return
     session, present = take_session(broker, conn, client_id, packet, expiry, now)
     session.will = packet.will
     conn.session = session
