@@ -55,11 +55,12 @@ class Broker:
 
 
 @contextmanager
-def broker(tree: Path) -> Iterator[Broker]:
-    """`outpost run` from `tree` on 127.0.0.1, port chosen by the kernel."""
+def broker(tree: Path, extra_config: str = "") -> Iterator[Broker]:
+    """`outpost run` from `tree` on 127.0.0.1, port chosen by the kernel (`extra_config`:
+    more TOML, e.g. a `[limits]` section)."""
     with tempfile.TemporaryDirectory(prefix="outpost-attack-") as workdir:
         config = Path(workdir) / "outpost.toml"
-        config.write_text(CONFIG, encoding="utf-8")
+        config.write_text(CONFIG + extra_config, encoding="utf-8")
         log_path = Path(workdir) / "broker.log"
         with log_path.open("w", encoding="utf-8") as log_file:
             process = subprocess.Popen(

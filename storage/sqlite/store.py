@@ -48,7 +48,7 @@ from gateway.broker.contracts.hooks import (
     SessionRecord,
 )
 from gateway.broker.core.inflight import Delivery
-from gateway.broker.core.message import Message
+from gateway.broker.core.message import QUEUED_OVERHEAD, Message
 from gateway.broker.core.session import NEVER_EXPIRES
 from storage.config import StorageConfig
 from storage.sqlite import recovery
@@ -546,10 +546,12 @@ class SqliteStore(BrokerHooks):
             count, size = conn.execute(
                 "SELECT count(*), total(size) FROM deliveries WHERE sid = ? AND packet_id = 0",
                 (sid,)).fetchone()
-            page_bytes = sum(d.message.size for d in queued)
+            spilled = int(count) - len(queued)
+            # in the queue's units (Message.queued_cost): stored bytes + per-message overhead
+            spilled_bytes = (int(size) - sum(d.message.size for d in queued)
+                             + spilled * QUEUED_OVERHEAD)
             sessions.append(RestoredSession(
-                record, inflight + queued, int(count) - len(queued),
-                int(size) - page_bytes, awaiting.get(sid, set()),
+                record, inflight + queued, spilled, spilled_bytes, awaiting.get(sid, set()),
             ))
         return sessions
 

@@ -14,6 +14,9 @@ counted in `spilled`; when the in-memory queue runs dry, `refill` pulls the next
 store in `store_seq` order. Everything spilled is newer than everything in memory, so order
 holds; a QoS 0 message (never stored) arriving while deliveries are spilled is dropped and counted.
 
+Bytes are `Message.queued_cost`: topic + payload + the objects around them, so the byte cap is
+close to the memory a full queue really takes (spilled deliveries are counted the same way).
+
 Pure and synchronous.
 """
 
@@ -74,7 +77,7 @@ class Outbound:
         With a `loader` (durable store, persistent session) a stored delivery beyond the
         in-memory page is spilled instead of kept.
         """
-        size = delivery.message.size
+        size = delivery.message.queued_cost
         if size > self.max_bytes or (self.spilled and not delivery.store_seq):
             return [delivery]
         dropped: list[Delivery] = []
@@ -89,7 +92,7 @@ class Outbound:
             if not self.queue:
                 return [delivery]
             oldest = self.queue.popleft()
-            self.queued_bytes -= oldest.message.size
+            self.queued_bytes -= oldest.message.queued_cost
             dropped.append(oldest)
         if loader is not None and delivery.store_seq and (
             self.spilled or len(self.queue) >= self.page
@@ -112,8 +115,8 @@ class Outbound:
             return
         for delivery in page:
             self.queue.append(delivery)
-            self.queued_bytes += delivery.message.size
-            self.spilled_bytes -= delivery.message.size
+            self.queued_bytes += delivery.message.queued_cost
+            self.spilled_bytes -= delivery.message.queued_cost
         self.spilled = max(0, self.spilled - len(page))
         self.spilled_bytes = max(0, self.spilled_bytes) if self.spilled else 0
         self.last_seq = page[-1].store_seq
@@ -121,14 +124,14 @@ class Outbound:
     def requeue_front(self, delivery: Delivery) -> None:
         """Put a delivery back at the head (a QoS 0 that could not be written)."""
         self.queue.appendleft(delivery)
-        self.queued_bytes += delivery.message.size
+        self.queued_bytes += delivery.message.queued_cost
 
     def pop(self) -> Delivery | None:
         """Take the oldest queued delivery."""
         if not self.queue:
             return None
         delivery = self.queue.popleft()
-        self.queued_bytes -= delivery.message.size
+        self.queued_bytes -= delivery.message.queued_cost
         return delivery
 
     def allocate_id(self) -> int:

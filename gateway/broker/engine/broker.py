@@ -119,7 +119,7 @@ class Broker:
                     outbound.inflight[delivery.packet_id] = delivery
                 else:
                     outbound.queue.append(delivery)
-                    outbound.queued_bytes += delivery.message.size
+                    outbound.queued_bytes += delivery.message.queued_cost
                 outbound.last_seq = max(outbound.last_seq, delivery.store_seq)
             outbound.spilled = restored.spilled
             outbound.spilled_bytes = restored.spilled_bytes

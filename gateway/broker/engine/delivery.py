@@ -184,7 +184,7 @@ class Dispatcher:
             self.hooks.qos_stored(session.client_id, delivery)
         if unbounded and not outbound.spilled:
             outbound.queue.append(delivery)
-            outbound.queued_bytes += message.size
+            outbound.queued_bytes += message.queued_cost
             return True
         accepted = True
         loader = self._loader(session) if spills else None
