@@ -64,10 +64,15 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=400_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--max-queued-bytes", type=int, default=1 << 30)
+    parser.add_argument("--max-queued-total-bytes", type=int, default=0,
+                        help="the process-wide budget (0: the broker's default)")
     parser.add_argument("--window", type=int, default=500)
     args = parser.parse_args()
     limits = (f"[limits]\nmax_queued_messages = {args.messages * 2}\n"
               f"max_queued_bytes = {args.max_queued_bytes}\nmax_inflight = 1000\n")
+    if args.max_queued_total_bytes:
+        limits += f"max_queued_total_bytes = {args.max_queued_total_bytes}\n"
+    cap = min(args.max_queued_bytes, args.max_queued_total_bytes or args.max_queued_bytes)
     with broker(args.tree.resolve(), limits) as running:
         pid = running.process.pid
         time.sleep(1.0)
@@ -79,9 +84,9 @@ def main() -> int:
         seconds = time.monotonic() - started
     raw = len("q/data") + args.size
     growth = (full - idle) * 1024
-    print(f"messages={args.messages} size={args.size} cap_mib={args.max_queued_bytes >> 20} "
+    print(f"messages={args.messages} size={args.size} cap_mib={cap >> 20} "
           f"rss_idle_mib={idle / 1024:.0f} rss_full_mib={full / 1024:.0f} "
-          f"growth_over_cap={growth / args.max_queued_bytes:.2f} "
+          f"growth_over_cap={growth / cap:.2f} "
           f"growth_per_message_b={growth / args.messages:.0f} topic_payload_b={raw} "
           f"fill_seconds={seconds:.1f}")
     return 0

@@ -199,6 +199,11 @@ class LimitsConfig(Section):
     max_packet_size: Annotated[int, Field(ge=64, le=268_435_460)] = 1_048_576
     max_queued_messages: Annotated[int, Field(ge=1)] = 1000
     max_queued_bytes: Annotated[int, Field(ge=1024)] = 16 * 1024 * 1024
+    max_queued_total_bytes: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="bytes queued in memory by all sessions together; past it "
+        "persistent sessions spill to the store, other queues apply queue_overflow (0: half "
+        "the unit's MemoryMax=, without one a quarter of the RAM)",
+    )
     queue_overflow: Literal["drop-oldest", "drop-newest", "reject"] = Field(
         default="drop-oldest",
         description='"reject": v5 publishers get 0x97 quota exceeded (3.1.x: drop-newest)',

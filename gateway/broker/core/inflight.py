@@ -16,6 +16,9 @@ holds; a QoS 0 message (never stored) arriving while deliveries are spilled is d
 
 Bytes are `Message.queued_cost`: topic + payload + the objects around them, so the byte cap is
 close to the memory a full queue really takes (spilled deliveries are counted the same way).
+Every queue of the broker also shares one `QueueBudget` (bytes in memory, all sessions): past
+it, a stored delivery of a persistent session is spilled even within its page, and otherwise
+the session's overflow policy applies (its oldest queued messages go, or the new one).
 
 Pure and synchronous.
 """
@@ -47,15 +50,31 @@ class Delivery:
 PageLoader = Callable[[int, int], list[Delivery]]
 
 
+class QueueBudget:
+    """Bytes queued in memory by every session together, and the process-wide limit."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def full(self, more: int = 0) -> bool:
+        """Would `more` bytes take the queues past the limit?"""
+        return self.used + more > self.limit
+
+
 class Outbound:
     """In-flight window and queue of one session."""
 
     def __init__(
-        self, max_messages: int, max_bytes: int, drop_oldest: bool, page: int = 1000
+        self, max_messages: int, max_bytes: int, drop_oldest: bool, page: int = 1000,
+        budget: QueueBudget | None = None,
     ) -> None:
         self.inflight: dict[int, Delivery] = {}
         self.queue: deque[Delivery] = deque()
-        self.queued_bytes = 0
+        self.budget = budget
+        self._queued_bytes = 0
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.drop_oldest = drop_oldest
@@ -68,6 +87,17 @@ class Outbound:
     def __len__(self) -> int:
         """Queued deliveries, in memory and spilled."""
         return len(self.queue) + self.spilled
+
+    @property
+    def queued_bytes(self) -> int:
+        """`queued_cost` of the deliveries in memory (also counted in the shared budget)."""
+        return self._queued_bytes
+
+    @queued_bytes.setter
+    def queued_bytes(self, value: int) -> None:
+        if self.budget is not None:
+            self.budget.used += value - self._queued_bytes
+        self._queued_bytes = value
 
     def enqueue(
         self, delivery: Delivery, loader: PageLoader | None = None
@@ -94,12 +124,22 @@ class Outbound:
             oldest = self.queue.popleft()
             self.queued_bytes -= oldest.message.queued_cost
             dropped.append(oldest)
+        budget = self.budget
         if loader is not None and delivery.store_seq and (
             self.spilled or len(self.queue) >= self.page
+            or (budget is not None and budget.full(size))
         ):
             self.spilled += 1
             self.spilled_bytes += size
             return dropped
+        if budget is not None and budget.full(size):
+            # the process-wide budget: this session's overflow policy, on its own queue
+            while self.drop_oldest and self.queue and budget.full(size):
+                oldest = self.queue.popleft()
+                self.queued_bytes -= oldest.message.queued_cost
+                dropped.append(oldest)
+            if budget.full(size):
+                return [*dropped, delivery]
         self.queue.append(delivery)
         self.queued_bytes += size
         self.last_seq = max(self.last_seq, delivery.store_seq)

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from gateway.base.memory import default_queue_budget
 from gateway.broker.codec import encode
 from gateway.broker.codec.errors import MQTTProtocolError, PacketTooLarge
 from gateway.broker.codec.packets import (
@@ -54,7 +55,7 @@ from gateway.broker.contracts.hooks import (
     RestoredState,
     SessionRecord,
 )
-from gateway.broker.core.inflight import Outbound
+from gateway.broker.core.inflight import Outbound, QueueBudget
 from gateway.broker.core.log_sampling import SourceCounts, clip, worth_logging
 from gateway.broker.core.message import Message
 from gateway.broker.core.retained import RetainedStore
@@ -98,6 +99,8 @@ class Broker:
         self.gated_acks = self.hooks.durable
         # refused CONNECTs and protocol errors, per address: their log lines are sampled
         self.refusals_by_source = SourceCounts()
+        self.queue_budget = QueueBudget(
+            self.limits.max_queued_total_bytes or default_queue_budget())
 
     def restore(self, state: RestoredState, now: float) -> None:
         """Rebuild sessions, queues, in-flight state and retained messages from a store."""
@@ -142,7 +145,7 @@ class Broker:
         limits = self.limits
         return Outbound(
             limits.max_queued_messages, limits.max_queued_bytes,
-            limits.queue_overflow == "drop-oldest", self.queue_page,
+            limits.queue_overflow == "drop-oldest", self.queue_page, self.queue_budget,
         )
 
     # -- connections -------------------------------------------------------------------
@@ -232,12 +235,11 @@ class Broker:
             self.counters.packets_limited += 1
         if conn.session is None and error.protocol_level == MQTT_5 and not conn.closed:
             # A v5 CONNECT that does not parse: a CONNACK carrying the reason, then close.
-            log.info("bad CONNECT from %s: %s", conn.peer, clip(error.reason, 200))
             conn.version = MQTT_5
             code = error.reason_code
             if code not in _CONNACK_CODES:
                 code = ReasonCode.MALFORMED_PACKET
-            handle_connect.refuse(self, conn, code)
+            handle_connect.refuse(self, conn, code, f"bad CONNECT: {error.reason}")
             return
         self.protocol_error(conn, error.reason_code, error.reason)
 

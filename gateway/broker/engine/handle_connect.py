@@ -137,12 +137,13 @@ def on_connect(broker: Broker, conn: Connection, packet: Connect, now: float) ->
     broker.dispatch.pump(session, now)
 
 
-def refuse(broker: Broker, conn: Connection, reason: int) -> None:
-    """Answer CONNECT with a refusal and close."""
+def refuse(broker: Broker, conn: Connection, reason: int, why: str = "") -> None:
+    """Answer CONNECT with a refusal and close (`why`: more words for the log line)."""
     count = broker.refusals_by_source.add(source_of(conn.peer))
     if worth_logging(count, every=100):
-        log.info("refused %s from %s: reason 0x%02X (%d from there so far)",
-                 clip(conn.client_id), conn.peer, reason, count)
+        log.info("refused %s from %s: reason 0x%02X%s (%d from there so far)",
+                 clip(conn.client_id), conn.peer, reason, f", {clip(why, 200)}" if why else "",
+                 count)
     code = reason if conn.is_v5 else v3_connack_code(reason)
     conn.sink.write(encode(ConnAck(False, code), conn.version))
     conn.sink.close()
