@@ -434,6 +434,7 @@ class SqliteStore(BrokerHooks):
                 raise
             log.warning("disk full: released the space reserve to commit %d change(s)",
                         sum(b.ops for b in batches))
+            self._space_checked = -1e18  # the next accepting() looks at the disk again
             self.writer.commit(batches)
         self._bound_wal()
 
