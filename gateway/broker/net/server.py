@@ -48,6 +48,10 @@ FLUSH_BYTES = 64 * 1024
 # reading pauses until the next iteration so output, timers and other clients get their turn.
 READ_BURST = 256 * 1024
 _UNSUPPORTED_VERSION_CONNACK = b"\x20\x02\x00\x01"  # 3.1.1 CONNACK, return code 1
+# A CONNACK the store could not commit (the session is not stored) is replaced by a refusal,
+# so the client hears why instead of nothing: 0x88 server unavailable, 3.1.1 return code 3.
+_UNSTORED_CONNACK_V5 = b"\x20\x03\x00\x88\x00"
+_UNSTORED_CONNACK_V3 = b"\x20\x02\x00\x03"
 
 
 class MQTTConnection(asyncio.Protocol):
@@ -255,13 +259,25 @@ class MQTTConnection(asyncio.Protocol):
         self.transport.write(data)
 
     def abort(self) -> None:
-        """Drop held output and close: the store could not commit what it acknowledges."""
+        """Drop held output and close: the store could not commit what it acknowledges.
+
+        When that output starts with the CONNACK (nothing precedes it), the client is told
+        that the server is unavailable instead.
+        """
+        held = self.in_commit or self.held
+        unstored_connack = bool(held) and held[0][:1] == b"\x20"
         self.in_commit = None
         self.held.clear()
         self.out.clear()
         self.out_bytes = 0
         self.closing = True
-        if self.transport is not None:
+        if self.transport is None:
+            return
+        if unstored_connack:
+            self.transport.write(_UNSTORED_CONNACK_V5 if self.conn.is_v5 else
+                                 _UNSTORED_CONNACK_V3)
+            self.transport.close()  # after the refusal is written
+        else:
             self.transport.abort()
 
     def release(self) -> None:
