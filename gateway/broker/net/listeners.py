@@ -79,6 +79,10 @@ _LOG_EVERY = 100  # refusals of one kind: the first ten logged, then every hundr
 # whose verdict is cached (reconnects) need no check at all.
 MAX_HASHING = 16
 MAX_HASHING_PER_SOURCE = 4
+# Sockets the kernel may hold completed but not yet accepted (capped by net.core.somaxconn):
+# under a connection flood a full accept queue drops SYNs, and a legitimate client then waits
+# for its SYN to be sent again (1 s, then 3 s) before admission even sees it.
+ACCEPT_BACKLOG = 4096
 
 
 # -- TLS -----------------------------------------------------------------------------------
@@ -598,13 +602,14 @@ async def start_listener(server: Server, listener: ListenerConfig, label: str
     if kind == "unix":
         path = Path(listener.bind)
         _remove_stale_socket(path)
-        aio_server = await loop.create_unix_server(factory, str(path), backlog=1024)
+        aio_server = await loop.create_unix_server(factory, str(path),
+                                                  backlog=ACCEPT_BACKLOG)
         os.chmod(path, 0o660 if listener.socket_mode is None else listener.socket_mode)
         server.unix_paths.append(path)
         bound = [f"unix:{path}"]
     else:
         aio_server = await loop.create_server(
-            factory, listener.host, listener.port, reuse_address=True, backlog=1024
+            factory, listener.host, listener.port, reuse_address=True, backlog=ACCEPT_BACKLOG
         )
         bound = []
         for sock in aio_server.sockets:
