@@ -60,8 +60,10 @@ def config(cloud_port: int) -> str:
     return f"""
 [limits]
 exempt_sources = ["127.0.0.1"]
-max_queued_messages = 1000000
-max_queued_bytes = 1000000000
+# per session: room for the persistent subscriber's absences (about 500 messages), while the
+# subscriber that never reads hits the byte cap and has its oldest messages dropped
+max_queued_messages = 100000
+max_queued_bytes = 8388608
 connect_timeout = 5
 [uplink]
 enabled = true
