@@ -254,7 +254,7 @@ class RemoteLink:
             aiomqtt.ProtocolVersion.V311
         )
         async with _Client(
-            host, port, username=remote.username, password=remote.password,
+            host, port, username=remote.username, password=remote.read_password(),
             identifier=remote.client_id, protocol=protocol, keepalive=remote.keepalive,
             clean_session=None if remote.protocol == 5 else False,
             tls_context=tls_context(remote), max_inflight_messages=remote.inflight,

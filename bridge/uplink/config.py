@@ -12,6 +12,7 @@ map remote → local:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -31,6 +32,13 @@ from gateway.broker.codec.errors import MQTTProtocolError
 from gateway.broker.codec.topics import validate_topic_filter, validate_topic_name
 
 DEFAULT_STATUS_TOPIC = "outpost-status/{gateway_id}"
+CREDENTIALS_ENV = "CREDENTIALS_DIRECTORY"  # set by systemd for a unit with LoadCredential=
+
+
+def read_secret(path: Path) -> str:
+    """The first line of a secret file, without its line end (the rest is ignored)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return lines[0] if lines else ""
 
 
 def _valid_filter(value: str) -> str:
@@ -84,7 +92,17 @@ class RemoteConfig(_Section):
     protocol: Literal[4, 5] = Field(default=5, description="5 (MQTT 5) or 4 (MQTT 3.1.1)")
     client_id: str = "outpost-uplink"
     username: str | None = None
-    password: str | None = None
+    password: str | None = Field(
+        default=None, repr=False,
+        description="in clear text in this file: prefer password_file or password_credential",
+    )
+    password_file: Path | None = Field(
+        default=None, description="file whose first line is the password (relative to this file)"
+    )
+    password_credential: str | None = Field(
+        default=None, description="systemd credential with the password (LoadCredential=NAME:"
+        "PATH in the unit), read from $CREDENTIALS_DIRECTORY/NAME",
+    )
     tls: TlsConfig | None = None
     keepalive: Annotated[int, Field(ge=5, le=65535)] = 60
     inflight: Annotated[int, Field(ge=1, le=65535)] = Field(
@@ -132,6 +150,42 @@ class RemoteConfig(_Section):
             raise ValueError(f"the default status topic {topic!r}: {exc.reason} "
                              '(set status_topic, or "" for none)') from None
         return topic
+
+    @field_validator("password_file")
+    @classmethod
+    def _password_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return None if value is None else existing_file(value, info)
+
+    @field_validator("password_credential")
+    @classmethod
+    def _credential_name(cls, value: str | None) -> str | None:
+        if value is not None and (not value or "/" in value or value in (".", "..")):
+            raise ValueError(f"{value!r} is not a credential name (a file name, no '/')")
+        return value
+
+    @model_validator(mode="after")
+    def _one_password_source(self) -> RemoteConfig:
+        given = [name for name in ("password", "password_file", "password_credential")
+                 if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give the password one way, not {' and '.join(given)}")
+        return self
+
+    def read_password(self) -> str | None:
+        """The password, read now from where it is configured (never logged).
+
+        Raises OSError when the file or credential cannot be read (the connection attempt
+        fails and is retried).
+        """
+        if self.password_file is not None:
+            return read_secret(self.password_file)
+        if self.password_credential is not None:
+            directory = os.environ.get(CREDENTIALS_ENV)
+            if not directory:
+                raise OSError(f"password_credential {self.password_credential!r}: "
+                              f"${CREDENTIALS_ENV} is not set (LoadCredential= in the unit)")
+            return read_secret(Path(directory) / self.password_credential)
+        return self.password
 
     @field_validator("addresses")
     @classmethod

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from bridge import cli as bridge_cli
 from gateway import __version__
 from gateway.appliance import update
-from gateway.appliance.config import Config, load_config
+from gateway.appliance.config import Config, load_config, secret_warnings
 from gateway.base.hostport import parse_host_port
 from gateway.base.settings import ConfigError
 from gateway.broker.contracts.config import ListenerConfig
@@ -270,11 +270,13 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
     Every error: the file's own (TOML, keys and values), then every problem with the password
     files, ACL files and certificates of each listener whose section is valid on its own, even
-    when other parts of the file are not.
+    when other parts of the file are not. Warnings (exit status unchanged): secrets that others
+    can read (`secret_warnings`).
     """
     from gateway.broker.net.security_files import listener_file_errors
 
     listeners: list[tuple[int, ListenerConfig]]
+    warnings: list[str] = []
     try:
         config = load_config(args.file)
     except ConfigError as exc:
@@ -283,7 +285,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     else:
         errors = []
         listeners = list(enumerate(config.listeners))
+        warnings = secret_warnings(config, args.file)
     errors += listener_file_errors(listeners)
+    for warning in warnings:
+        print(f"{args.file}: warning: {warning}", file=sys.stderr)
     if errors:
         _print_config_errors(ConfigError(str(args.file), errors))
         return 2

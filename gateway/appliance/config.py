@@ -7,6 +7,7 @@ Each package owns its section's model; this module only aggregates them.
 
 from __future__ import annotations
 
+import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated
@@ -18,21 +19,32 @@ from bridge.homeassistant.config import HomeAssistantConfig
 from bridge.sparkplug.config import SparkplugConfig, sparkplug_id
 from bridge.sparkplug.hold import RULE as HOLD_RULE
 from bridge.uplink.config import UplinkConfig
-from gateway.base.hostport import parse_host_port
+from gateway.base.config_paths import existing_file
+from gateway.base.hostport import is_loopback, parse_host_port
 from gateway.base.settings import ConfigError, Section, format_errors
 from gateway.broker.contracts.config import BrokerConfig
+from gateway.broker.contracts.passwords import PasswordFileError, parse_password_text
 from storage.config import StorageConfig
 
-__all__ = ["Config", "ConfigError", "StatusConfig", "load_config", "parse_config"]
+__all__ = ["Config", "ConfigError", "StatusConfig", "load_config", "parse_config",
+           "secret_warnings"]
 
 
 class StatusConfig(Section):
     """The status endpoint: `/` (page), `/status` (JSON), `/metrics` (Prometheus)."""
 
     enabled: bool = True
+    # Declared before `bind`, whose check needs them.
+    password_file: Path | None = Field(
+        default=None, description="users allowed in (HTTP Basic), same format as the broker's "
+        "password files (`outpost passwd`)",
+    )
+    tls_cert: Path | None = Field(default=None, description="certificate chain (PEM): HTTPS")
+    tls_key: Path | None = Field(default=None, description="its private key (PEM)")
     bind: str = Field(
         default="127.0.0.1:8080",
-        description="HOST:PORT of the status endpoint; keep it on loopback (no authentication)",
+        description="HOST:PORT of the status endpoint; off loopback only with password_file "
+        "and/or tls_cert + tls_key",
     )
     history: Annotated[int, Field(ge=2, le=10_000)] = Field(
         default=120, description="samples kept per series for the page's sparklines"
@@ -46,10 +58,33 @@ class StatusConfig(Section):
         "through an in-process link; default: when a bridge or the uplink is configured",
     )
 
+    @field_validator("password_file", "tls_cert", "tls_key")
+    @classmethod
+    def _file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is None:
+            return None
+        path = existing_file(value, info)
+        if info.field_name == "password_file":
+            try:
+                parse_password_text(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, PasswordFileError) as exc:
+                raise ValueError(f"{path}: {exc}") from None
+        return path
+
     @field_validator("bind")
     @classmethod
-    def _check_bind(cls, value: str) -> str:
-        parse_host_port(value)
+    def _check_bind(cls, value: str, info: ValidationInfo) -> str:
+        host, _port = parse_host_port(value)
+        data = info.data
+        if (data.get("tls_cert") is None) != (data.get("tls_key") is None):
+            raise ValueError("tls_cert and tls_key go together")
+        guarded = data.get("password_file") is not None or data.get("tls_cert") is not None
+        if data.get("enabled", True) and not is_loopback(host) and not guarded:
+            raise ValueError(
+                f"{value} is reachable from the network and the status page, /status and "
+                "/metrics have no authentication: set password_file (users, as for the "
+                "broker) and/or tls_cert + tls_key, or bind to 127.0.0.1"
+            )
         return value
 
     @property
@@ -115,6 +150,39 @@ class Config(BrokerConfig):
                 except ValueError as exc:
                     raise ValueError(f"remotes.{index}: {exc}") from None
         return value
+
+
+def secret_warnings(config: Config, path: Path) -> list[str]:
+    """Secrets that others can read: an uplink password in the config file itself, or a
+    password or key file, readable by group or others (`outpost check-config` prints them)."""
+    warnings: list[str] = []
+
+    def readable_by_others(file: Path) -> str | None:
+        try:
+            mode = stat.S_IMODE(file.stat().st_mode)
+        except OSError:
+            return None
+        return f"mode {mode:04o}" if mode & 0o044 else None
+
+    for index, remote in enumerate(config.uplink.remotes):
+        key = f"uplink.remotes.{index}"
+        if remote.password is not None:
+            mode = readable_by_others(path)
+            where = f"{path} ({mode}: others can read it)" if mode else str(path)
+            warnings.append(f"{key}.password: the uplink password is in clear text in {where}; "
+                            "move it to password_file (mode 0600) or a systemd credential "
+                            "(password_credential, LoadCredential= in the unit)")
+        if remote.password_file is not None:
+            mode = readable_by_others(remote.password_file)
+            if mode:
+                warnings.append(f"{key}.password_file: {remote.password_file} ({mode}) can be "
+                                "read by others: chmod 600")
+    if config.status.tls_key is not None:
+        mode = readable_by_others(config.status.tls_key)
+        if mode:
+            warnings.append(f"status.tls_key: {config.status.tls_key} ({mode}) can be read by "
+                            "others: chmod 600")
+    return warnings
 
 
 def parse_config(

@@ -306,7 +306,7 @@ class Daemon:
         if watch:
             board.watch_topics(self.config.bridge.prefix)
         if status.enabled:
-            server = StatusServer(board)
+            server = StatusServer.for_config(board, status)
             host, port = status.host, status.port
             try:
                 self.status_address = await server.start(host, port)
@@ -316,7 +316,8 @@ class Daemon:
             else:
                 self.http = server
                 shown = f"[{host}]" if ":" in host else host
-                board.status_url = f"http://{shown}:{self.status_address[1]}/"
+                scheme = "https" if server.tls is not None else "http"
+                board.status_url = f"{scheme}://{shown}:{self.status_address[1]}/"
                 log.info("status page, /status and /metrics on %s", board.status_url)
         if self.watchdog_every is not None:
             log.info("watchdog: pinging systemd every %.1f s", self.watchdog_every)

@@ -15,16 +15,24 @@ off the LAN. Every request is answered from the `StatusBoard` at that moment:
 
 Requests are bounded: 8 KiB of request head, 10 s to send it, 16 connections at a time; only
 GET and HEAD. `fetch_status` is the client side used by `outpost status`.
+
+Off loopback (config: only with one of them) the endpoint speaks HTTPS (`tls_cert`, `tls_key`)
+and/or asks for HTTP Basic credentials checked against a `$7$` password file, the broker's
+format (`outpost passwd`). A check costs a PBKDF2 hash, so it runs in a worker thread and its
+verdict is cached (`PasswordDB`): a scraper with the right password pays once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import json
 import logging
 import math
 import os
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -37,7 +45,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.appliance.config import StatusConfig
 from gateway.appliance.status import StatusBoard
+from gateway.broker.contracts.auth import PasswordDB
+from gateway.broker.contracts.passwords import parse_password_text
 
 log = logging.getLogger("outpost.status")
 
@@ -47,7 +58,8 @@ MAX_CONNECTIONS = 16
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PAGE_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
             "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'")
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+            405: "Method Not Allowed",
             408: "Request Timeout", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
@@ -252,17 +264,35 @@ def metrics_registry(board: StatusBoard) -> CollectorRegistry:
 class StatusServer:
     """`/`, `/status`, `/metrics` over asyncio streams."""
 
-    def __init__(self, board: StatusBoard) -> None:
+    def __init__(self, board: StatusBoard, users: PasswordDB | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.board = board
         self.registry = metrics_registry(board)
         self.page = status_page()
+        self.users = users
+        self.tls = tls
         self.server: asyncio.Server | None = None
         self.active: set[asyncio.Task[None]] = set()
         self.requests = 0
+        self.refused = 0  # requests answered 401
+
+    @classmethod
+    def for_config(cls, board: StatusBoard, config: StatusConfig) -> StatusServer:
+        """The server `[status]` asks for (its files were checked when the config loaded)."""
+        users = None
+        if config.password_file is not None:
+            text = config.password_file.read_text(encoding="utf-8")
+            users = PasswordDB(parse_password_text(text), str(config.password_file))
+        tls = None
+        if config.tls_cert is not None and config.tls_key is not None:
+            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            tls.minimum_version = ssl.TLSVersion.TLSv1_2
+            tls.load_cert_chain(config.tls_cert, config.tls_key)
+        return cls(board, users, tls)
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         self.server = await asyncio.start_server(self._serve, host, port, limit=MAX_HEAD,
-                                                 reuse_address=True)
+                                                 reuse_address=True, ssl=self.tls)
         sockname = self.server.sockets[0].getsockname()
         return str(sockname[0]), int(sockname[1])
 
@@ -313,6 +343,11 @@ class StatusServer:
             await self._send(writer, 405, "text/plain", b"only GET and HEAD\n",
                              {"Allow": "GET, HEAD"})
             return
+        if self.users is not None and not await self._authorized(head):
+            self.refused += 1
+            await self._send(writer, 401, "text/plain", b"authentication required\n",
+                             {"WWW-Authenticate": 'Basic realm="outpost", charset="UTF-8"'})
+            return
         self.requests += 1
         url = urlsplit(target)
         head_only = method == "HEAD"
@@ -337,6 +372,34 @@ class StatusServer:
         except Exception:
             log.exception("status endpoint: %s %s failed", method, url.path)
             await self._send(writer, 500, "text/plain", b"internal error (see the log)\n")
+
+    async def _authorized(self, head: bytes) -> bool:
+        """Does the request carry Basic credentials of a user in the password file?"""
+        users = self.users
+        assert users is not None
+        credentials = None
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"authorization":
+                scheme, _, encoded = value.strip().partition(b" ")
+                if scheme.lower() == b"basic":
+                    credentials = encoded.strip()
+        if credentials is None:
+            return False
+        try:
+            username, sep, password = base64.b64decode(credentials, validate=True).partition(
+                b":")
+            user = username.decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        if not sep:
+            return False
+        verdict = users.verdict(user, password)
+        if verdict is None:
+            loop = asyncio.get_running_loop()
+            verdict = await loop.run_in_executor(None, users.job(user, password))
+            users.remember(user, password, verdict)
+        return verdict
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, code: int, content_type: str, body: bytes,

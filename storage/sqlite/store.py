@@ -24,6 +24,11 @@ page through a separate read-only connection on the loop thread (a range scan of
 
 `accepting()` is False while the live part of the database exceeds `max_db_bytes` or the
 file system has less than `min_free_bytes` free; it is re-evaluated at most once a second.
+
+A full disk (storage/sqlite/space.py): a commit that fails with SQLITE_FULL deletes the space
+reserve and is retried at once in its room (so acknowledgements, deletes and promised
+sessions commit), and the store stops accepting until the reserve can be made again; after
+every commit the WAL is truncated when it is long or the disk is short.
 """
 
 from __future__ import annotations
@@ -31,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
@@ -45,7 +49,7 @@ from gateway.broker.contracts.hooks import (
     SessionRecord,
 )
 from gateway.broker.core.inflight import Delivery
-from gateway.broker.core.message import Message
+from gateway.broker.core.message import QUEUED_OVERHEAD, Message
 from gateway.broker.core.session import NEVER_EXPIRES
 from storage.config import StorageConfig
 from storage.sqlite import recovery
@@ -63,6 +67,14 @@ from storage.sqlite.rows import (
     retained_row,
     session_row,
     subscription_rows,
+)
+from storage.sqlite.space import (
+    RESERVE_BYTES,
+    RESERVE_NAME,
+    SpaceReserve,
+    bound_wal,
+    disk_full,
+    free_bytes,
 )
 from storage.sqlite.writer import Batch, Writer, delete_session, release_dead
 
@@ -108,6 +120,7 @@ class SqliteStore(BrokerHooks):
         min_free_bytes: int = 64 << 20,
         page_size: int = PAGE_SIZE,
         wal_autocheckpoint: int = WAL_AUTOCHECKPOINT,
+        reserve_bytes: int = RESERVE_BYTES,
         monotonic: Callable[[], float] | None = None,
         wall: Callable[[], float] | None = None,
     ) -> None:
@@ -121,12 +134,16 @@ class SqliteStore(BrokerHooks):
         self.max_db_bytes = max_db_bytes
         self.min_free_bytes = min_free_bytes
         self._lock_fd = recovery.lock_state_dir(self.state_dir)
+        self.reserve = SpaceReserve(self.state_dir / RESERVE_NAME, reserve_bytes)
+        if free_bytes(self.state_dir) < reserve_bytes:
+            self.reserve.release()  # opening and restoring need room: take it from here
         try:
             self._last_alive_ms = _last_write_ms(self.path)
             self.opened = recovery.open_database(self.path, gateway_id, page_size)
             self.clock = Clock(monotonic or _loop_time(), wall)
             wconn = recovery.connect(self.path)
             self.page_size = int(wconn.execute("PRAGMA page_size").fetchone()[0])
+            self.wal_limit = int(wal_autocheckpoint) * self.page_size
             for pragma in (
                 "journal_mode = WAL",
                 f"synchronous = {'FULL' if durability == 'full' else 'NORMAL'}",
@@ -163,6 +180,7 @@ class SqliteStore(BrokerHooks):
         self._idle_tasks: set[asyncio.Task[None]] = set()
         self.full_events = 0
         self._closed = False
+        self.reserve.ensure(free_bytes(self.state_dir))
 
     @classmethod
     def from_config(
@@ -385,12 +403,14 @@ class SqliteStore(BrokerHooks):
                 self._inflight = batches
                 self._committing = waiter
                 try:
-                    await loop.run_in_executor(self.writer.executor, self.writer.commit, batches)
+                    await loop.run_in_executor(self.writer.executor, self._commit, batches)
                     if self._batch.ops:  # work arrived meanwhile: a stream
                         self._streaming = True
                 except Exception as exc:
                     self._failed = [b for b in batches if b]
                     log.error("store commit failed (%s): kept for the next commit", exc)
+                    if disk_full(exc):
+                        self._refuse_until_room()
                     if not waiter.done():
                         waiter.set_exception(StoreError(f"commit failed: {exc}"))
                 else:
@@ -457,11 +477,46 @@ class SqliteStore(BrokerHooks):
             handle.cancel()
             self._wake = None
 
+    def _commit(self, batches: list[Batch]) -> None:
+        """One group commit on the writer thread; on a full disk, again in the reserve's room."""
+        try:
+            self.writer.commit(batches)
+        except sqlite3.Error as exc:
+            if not disk_full(exc) or not self.reserve.release():
+                raise
+            log.warning("disk full: released the space reserve to commit %d change(s)",
+                        sum(b.ops for b in batches))
+            self._space_checked = -1e18  # the next accepting() looks at the disk again
+            self.writer.commit(batches)
+        self._bound_wal()
+
+    def _bound_wal(self) -> None:
+        """Keep the WAL from eating the headroom (writer thread, after a commit)."""
+        try:
+            bound_wal(self.writer.conn, Path(f"{self.path}-wal"), self.wal_limit,
+                      free_bytes(self.state_dir))
+        except sqlite3.Error as exc:  # the commit stands; the next one tries again
+            log.warning("WAL checkpoint failed: %s", exc)
+
+    def _refuse_until_room(self) -> None:
+        """The disk is full: refuse new QoS 1/2 messages until `accepting` finds room."""
+        self._space_checked = time.monotonic()
+        if self._accepting:
+            self._accepting = False
+            self.full_events += 1
+            log.warning("disk full: refusing new QoS 1/2 messages until there is room again")
+
     # -- reads -----------------------------------------------------------------------------
 
     def restore(self) -> RestoredState:
         """Drop what expired while the broker was down, then hand back everything else."""
-        return self.writer.executor.submit(self._restore).result()
+        try:
+            return self.writer.executor.submit(self._restore).result()
+        except sqlite3.Error as exc:
+            if not disk_full(exc) or not self.reserve.release():
+                raise
+            self._refuse_until_room()
+            return self.writer.executor.submit(self._restore).result()
 
     def _restore(self) -> RestoredState:
         conn = self.writer.conn
@@ -544,10 +599,12 @@ class SqliteStore(BrokerHooks):
             count, size = conn.execute(
                 "SELECT count(*), total(size) FROM deliveries WHERE sid = ? AND packet_id = 0",
                 (sid,)).fetchone()
-            page_bytes = sum(d.message.size for d in queued)
+            spilled = int(count) - len(queued)
+            # in the queue's units (Message.queued_cost): stored bytes + per-message overhead
+            spilled_bytes = (int(size) - sum(d.message.size for d in queued)
+                             + spilled * QUEUED_OVERHEAD)
             sessions.append(RestoredSession(
-                record, inflight + queued, int(count) - len(queued),
-                int(size) - page_bytes, awaiting.get(sid, set()),
+                record, inflight + queued, spilled, spilled_bytes, awaiting.get(sid, set()),
             ))
         return sessions
 
@@ -596,7 +653,8 @@ class SqliteStore(BrokerHooks):
             return self._accepting
         self._space_checked = now
         used, free = self.space()
-        accepting = used <= self.max_db_bytes and free >= self.min_free_bytes
+        accepting = (used <= self.max_db_bytes and free >= self.min_free_bytes
+                     and self.reserve.ensure(free))
         if accepting != self._accepting:
             self._accepting = accepting
             if accepting:
@@ -613,8 +671,7 @@ class SqliteStore(BrokerHooks):
         """(bytes of live database pages, bytes free on the file system)."""
         pages = int(self.reader.execute("PRAGMA page_count").fetchone()[0])
         unused = int(self.reader.execute("PRAGMA freelist_count").fetchone()[0])
-        st = os.statvfs(self.state_dir)
-        return (pages - unused) * self.page_size, st.f_bavail * st.f_frsize
+        return (pages - unused) * self.page_size, free_bytes(self.state_dir)
 
     # -- statistics and shutdown -----------------------------------------------------------
 

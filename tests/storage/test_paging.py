@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gateway.broker.contracts.hooks import SessionRecord
+from gateway.broker.core.message import QUEUED_OVERHEAD
 from gateway.broker.core.session import NEVER_EXPIRES
 from storage.sqlite.store import SqliteStore
 from tests.storage.conftest import StoreFactory, delivery, flush, msg
@@ -28,7 +29,8 @@ def test_restore_returns_one_page_and_counts_the_rest(stores: StoreFactory) -> N
     big = sessions["big"]
     assert [d.message.payload for d in big.deliveries] == [b"%06d" % n for n in range(10)]
     assert big.spilled == 25
-    assert big.spilled_bytes == sum(len(f"q/{n}") + 6 for n in range(10, 35))
+    # what the queue counts: topic + payload + the objects around them (Message.queued_cost)
+    assert big.spilled_bytes == sum(len(f"q/{n}") + 6 + QUEUED_OVERHEAD for n in range(10, 35))
     assert (len(sessions["small"].deliveries), sessions["small"].spilled) == (3, 0)
 
 

@@ -314,14 +314,21 @@ class ConnectionLimiter:
         self.pending = 0
         self._buckets: dict[str, tuple[float, float]] = {}  # source -> (tokens, at)
 
-    def admit(self, source: str, now: float) -> str | None:
-        if self.pending >= self.max_pending:
-            return "pending"
+    def admit(self, source: str, now: float,
+              make_room: Callable[[], bool] | None = None) -> str | None:
+        """Count a new connection from `source`, or name the limit that refuses it.
+
+        When every pending slot is taken, `make_room` (if given) may free one (by dropping
+        another connection before CONNECT, which calls `connected`) and returns whether it
+        did: a newcomer that passes its own address's limits is then not refused.
+        """
         if source not in self.exempt:
             if self.open.get(source, 0) >= self.per_source:
                 return "source"
             if self.rate > 0 and not self._take_token(source, now):
                 return "rate"
+        if self.pending >= self.max_pending and (make_room is None or not make_room()):
+            return "pending"
         self.open[source] = self.open.get(source, 0) + 1
         self.pending += 1
         return None

@@ -199,6 +199,11 @@ class LimitsConfig(Section):
     max_packet_size: Annotated[int, Field(ge=64, le=268_435_460)] = 1_048_576
     max_queued_messages: Annotated[int, Field(ge=1)] = 1000
     max_queued_bytes: Annotated[int, Field(ge=1024)] = 16 * 1024 * 1024
+    max_queued_total_bytes: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="bytes queued in memory by all sessions together; past it "
+        "persistent sessions spill to the store, other queues apply queue_overflow (0: half "
+        "the unit's MemoryMax=, without one a quarter of the RAM)",
+    )
     queue_overflow: Literal["drop-oldest", "drop-newest", "reject"] = Field(
         default="drop-oldest",
         description='"reject": v5 publishers get 0x97 quota exceeded (3.1.x: drop-newest)',
@@ -226,7 +231,16 @@ class LimitsConfig(Section):
         description="addresses exempt from the per-address rate and count limits",
     )
     max_pending_connections: Annotated[int, Field(ge=1)] = Field(
-        default=256, description="connections that have not completed CONNECT, all addresses"
+        default=256, description="connections that have not completed CONNECT, all addresses; "
+        "when full, the oldest one from the address holding the most is closed to make room"
+    )
+    max_pending_per_source: Annotated[int, Field(ge=1)] = Field(
+        default=8, description="connections from one address that have not completed CONNECT "
+        "(exempt_sources excepted)"
+    )
+    max_pending_bytes: Annotated[int, Field(ge=1024)] = Field(
+        default=131_072, description="bytes buffered for a connection before its CONNECT is "
+        "complete (a CONNECT carrying a larger will needs more)"
     )
     max_subscriptions_per_client: Annotated[int, Field(ge=1)] = 1000
     max_topic_length: Annotated[int, Field(ge=1, le=65535)] = Field(

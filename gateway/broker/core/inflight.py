@@ -14,6 +14,12 @@ counted in `spilled`; when the in-memory queue runs dry, `refill` pulls the next
 store in `store_seq` order. Everything spilled is newer than everything in memory, so order
 holds; a QoS 0 message (never stored) arriving while deliveries are spilled is dropped and counted.
 
+Bytes are `Message.queued_cost`: topic + payload + the objects around them, so the byte cap is
+close to the memory a full queue really takes (spilled deliveries are counted the same way).
+Every queue of the broker also shares one `QueueBudget` (bytes in memory, all sessions): past
+it, a stored delivery of a persistent session is spilled even within its page, and otherwise
+the session's overflow policy applies (its oldest queued messages go, or the new one).
+
 Pure and synchronous.
 """
 
@@ -44,15 +50,31 @@ class Delivery:
 PageLoader = Callable[[int, int], list[Delivery]]
 
 
+class QueueBudget:
+    """Bytes queued in memory by every session together, and the process-wide limit."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def full(self, more: int = 0) -> bool:
+        """Would `more` bytes take the queues past the limit?"""
+        return self.used + more > self.limit
+
+
 class Outbound:
     """In-flight window and queue of one session."""
 
     def __init__(
-        self, max_messages: int, max_bytes: int, drop_oldest: bool, page: int = 1000
+        self, max_messages: int, max_bytes: int, drop_oldest: bool, page: int = 1000,
+        budget: QueueBudget | None = None,
     ) -> None:
         self.inflight: dict[int, Delivery] = {}
         self.queue: deque[Delivery] = deque()
-        self.queued_bytes = 0
+        self.budget = budget
+        self._queued_bytes = 0
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.drop_oldest = drop_oldest
@@ -66,6 +88,17 @@ class Outbound:
         """Queued deliveries, in memory and spilled."""
         return len(self.queue) + self.spilled
 
+    @property
+    def queued_bytes(self) -> int:
+        """`queued_cost` of the deliveries in memory (also counted in the shared budget)."""
+        return self._queued_bytes
+
+    @queued_bytes.setter
+    def queued_bytes(self, value: int) -> None:
+        if self.budget is not None:
+            self.budget.used += value - self._queued_bytes
+        self._queued_bytes = value
+
     def enqueue(
         self, delivery: Delivery, loader: PageLoader | None = None
     ) -> list[Delivery]:
@@ -74,7 +107,7 @@ class Outbound:
         With a `loader` (durable store, persistent session) a stored delivery beyond the
         in-memory page is spilled instead of kept.
         """
-        size = delivery.message.size
+        size = delivery.message.queued_cost
         if size > self.max_bytes or (self.spilled and not delivery.store_seq):
             return [delivery]
         dropped: list[Delivery] = []
@@ -89,14 +122,24 @@ class Outbound:
             if not self.queue:
                 return [delivery]
             oldest = self.queue.popleft()
-            self.queued_bytes -= oldest.message.size
+            self.queued_bytes -= oldest.message.queued_cost
             dropped.append(oldest)
+        budget = self.budget
         if loader is not None and delivery.store_seq and (
             self.spilled or len(self.queue) >= self.page
+            or (budget is not None and budget.full(size))
         ):
             self.spilled += 1
             self.spilled_bytes += size
             return dropped
+        if budget is not None and budget.full(size):
+            # the process-wide budget: this session's overflow policy, on its own queue
+            while self.drop_oldest and self.queue and budget.full(size):
+                oldest = self.queue.popleft()
+                self.queued_bytes -= oldest.message.queued_cost
+                dropped.append(oldest)
+            if budget.full(size):
+                return [*dropped, delivery]
         self.queue.append(delivery)
         self.queued_bytes += size
         self.last_seq = max(self.last_seq, delivery.store_seq)
@@ -112,8 +155,8 @@ class Outbound:
             return
         for delivery in page:
             self.queue.append(delivery)
-            self.queued_bytes += delivery.message.size
-            self.spilled_bytes -= delivery.message.size
+            self.queued_bytes += delivery.message.queued_cost
+            self.spilled_bytes -= delivery.message.queued_cost
         self.spilled = max(0, self.spilled - len(page))
         self.spilled_bytes = max(0, self.spilled_bytes) if self.spilled else 0
         self.last_seq = page[-1].store_seq
@@ -121,14 +164,14 @@ class Outbound:
     def requeue_front(self, delivery: Delivery) -> None:
         """Put a delivery back at the head (a QoS 0 that could not be written)."""
         self.queue.appendleft(delivery)
-        self.queued_bytes += delivery.message.size
+        self.queued_bytes += delivery.message.queued_cost
 
     def pop(self) -> Delivery | None:
         """Take the oldest queued delivery."""
         if not self.queue:
             return None
         delivery = self.queue.popleft()
-        self.queued_bytes -= delivery.message.size
+        self.queued_bytes -= delivery.message.queued_cost
         return delivery
 
     def allocate_id(self) -> int:

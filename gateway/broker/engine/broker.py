@@ -21,6 +21,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from gateway.base.memory import default_queue_budget
 from gateway.broker.codec import encode
 from gateway.broker.codec.errors import MQTTProtocolError, PacketTooLarge
 from gateway.broker.codec.packets import (
@@ -47,6 +48,7 @@ from gateway.broker.codec.reason_codes import (
     ReasonCode,
 )
 from gateway.broker.codec.topics import parse_shared
+from gateway.broker.contracts.auth import source_of
 from gateway.broker.contracts.config import BrokerConfig
 from gateway.broker.contracts.hooks import (
     INTERNAL_LISTENERS,
@@ -55,8 +57,8 @@ from gateway.broker.contracts.hooks import (
     RestoredState,
     SessionRecord,
 )
-from gateway.broker.core.inflight import Outbound
-from gateway.broker.core.log_sampling import worth_logging
+from gateway.broker.core.inflight import Outbound, QueueBudget
+from gateway.broker.core.log_sampling import SourceCounts, clip, worth_logging
 from gateway.broker.core.message import Message
 from gateway.broker.core.retained import RetainedStore
 from gateway.broker.core.router import SubscriptionTable
@@ -99,6 +101,10 @@ class Broker:
         self.links_connected = 0  # in-process links among clients_connected
         self.clients_maximum = 0
         self.gated_acks = self.hooks.durable
+        # refused CONNECTs and protocol errors, per address: their log lines are sampled
+        self.refusals_by_source = SourceCounts()
+        self.queue_budget = QueueBudget(
+            self.limits.max_queued_total_bytes or default_queue_budget())
 
     def restore(self, state: RestoredState, now: float) -> None:
         """Rebuild sessions, queues, in-flight state and retained messages from a store."""
@@ -120,7 +126,7 @@ class Broker:
                     outbound.inflight[delivery.packet_id] = delivery
                 else:
                     outbound.queue.append(delivery)
-                    outbound.queued_bytes += delivery.message.size
+                    outbound.queued_bytes += delivery.message.queued_cost
                 outbound.last_seq = max(outbound.last_seq, delivery.store_seq)
             outbound.spilled = restored.spilled
             outbound.spilled_bytes = restored.spilled_bytes
@@ -143,7 +149,7 @@ class Broker:
         limits = self.limits
         return Outbound(
             limits.max_queued_messages, limits.max_queued_bytes,
-            limits.queue_overflow == "drop-oldest", self.queue_page,
+            limits.queue_overflow == "drop-oldest", self.queue_page, self.queue_budget,
         )
 
     # -- connections -------------------------------------------------------------------
@@ -199,10 +205,13 @@ class Broker:
         """Close `conn` because the client broke the protocol (v5: DISCONNECT with reason)."""
         if conn.closed:
             return
-        log.info(
-            "closing %s (%s): %s (reason 0x%02X)", conn.client_id or conn.peer, conn.peer,
-            message, reason,
-        )
+        count = self.refusals_by_source.add(source_of(conn.peer))
+        if worth_logging(count, every=100):
+            log.info(
+                "closing %s (%s): %s (reason 0x%02X; %d from there so far)",
+                clip(conn.client_id) if conn.client_id else conn.peer, conn.peer,
+                clip(message, 200), reason, count,
+            )
         if conn.is_v5 and conn.session is not None:
             props = Properties(reason_string=message) if conn.request_problem_information else (
                 NO_PROPERTIES
@@ -230,12 +239,11 @@ class Broker:
             self.counters.packets_limited += 1
         if conn.session is None and error.protocol_level == MQTT_5 and not conn.closed:
             # A v5 CONNECT that does not parse: a CONNACK carrying the reason, then close.
-            log.info("bad CONNECT from %s: %s", conn.peer, error.reason)
             conn.version = MQTT_5
             code = error.reason_code
             if code not in _CONNACK_CODES:
                 code = ReasonCode.MALFORMED_PACKET
-            handle_connect.refuse(conn, code)
+            handle_connect.refuse(self, conn, code, f"bad CONNECT: {error.reason}")
             return
         self.protocol_error(conn, error.reason_code, error.reason)
 
@@ -391,7 +399,7 @@ class Broker:
         if worth_logging(count, every=100):
             log.warning(
                 "refused %s from %s: %d clients connected (limits.max_connections; %d refused "
-                "so far)", conn.client_id, conn.peer, self.limits.max_connections, count,
+                "so far)", clip(conn.client_id), conn.peer, self.limits.max_connections, count,
             )
 
     def count_store_full(self) -> None:
@@ -411,7 +419,8 @@ class Broker:
         if worth_logging(count, every=1000):
             log.warning("refused subscription %r of %s: it has %d, the limit "
                         "(limits.max_subscriptions_per_client); %d refused so far",
-                        topic_filter, session.client_id, len(session.subscriptions), count)
+                        clip(topic_filter), clip(session.client_id), len(session.subscriptions),
+                        count)
 
     def topic_refused(self, topic: str, info: ClientInfo, what: str) -> None:
         """Count and log a topic refused for its length or depth (the first ten, then every
@@ -423,7 +432,7 @@ class Broker:
             limits = self.limits
             log.warning(
                 "refused the %s topic of %s from %s: %d bytes / %d levels is over the limit "
-                "(%d bytes, %d levels; %d refused so far)", what, info.client_id, info.peer,
+                "(%d bytes, %d levels; %d refused so far)", what, clip(info.client_id), info.peer,
                 size, levels, limits.max_topic_length, limits.max_topic_levels, count,
             )
 

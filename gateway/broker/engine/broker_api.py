@@ -14,6 +14,7 @@ from typing import Protocol
 from gateway.broker.codec.packets import Connect
 from gateway.broker.contracts.config import LimitsConfig
 from gateway.broker.contracts.hooks import BrokerHooks, SessionRecord
+from gateway.broker.core.log_sampling import SourceCounts
 from gateway.broker.core.message import Message
 from gateway.broker.core.retained import RetainedStore
 from gateway.broker.core.router import SubscriptionTable
@@ -30,6 +31,8 @@ class BrokerApi(Protocol):
     dispatch: Dispatcher
     table: SubscriptionTable
     retained: RetainedStore
+    sessions: dict[str, Session]
+    refusals_by_source: SourceCounts  # refused CONNECTs per address: sampled log lines
 
     @property
     def network_clients(self) -> int:

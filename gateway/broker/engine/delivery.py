@@ -27,7 +27,7 @@ from gateway.broker.contracts.auth import needs_read_check
 from gateway.broker.contracts.config import LimitsConfig
 from gateway.broker.contracts.hooks import Access, BrokerHooks
 from gateway.broker.core.inflight import Delivery, PageLoader
-from gateway.broker.core.log_sampling import worth_logging
+from gateway.broker.core.log_sampling import clip, worth_logging
 from gateway.broker.core.message import Message
 from gateway.broker.core.router import SharedGroup, SubOptions, SubscriptionTable
 from gateway.broker.core.session import Connection, Session
@@ -59,6 +59,7 @@ class Counters:
     refused_rate: int = 0  # sockets closed: the address connects too fast
     refused_source: int = 0  # sockets closed: too many connections from the address
     refused_pending: int = 0  # sockets closed: too many connections before CONNECT
+    evicted_pending: int = 0  # sockets closed before CONNECT to make room for a newcomer
     refused_busy: int = 0  # CONNECTs refused with 0x89: max_connections clients connected
     refused_timeout: int = 0  # sockets closed: no CONNECT within connect_timeout
     tls_failed: int = 0  # TLS handshakes that failed
@@ -210,7 +211,7 @@ class Dispatcher:
         if worth_logging(session.dropped, every=1000, first=1):
             log.warning(
                 "queue full for client %s: dropped %d message(s) so far (policy %s)",
-                session.client_id, session.dropped, self.limits.queue_overflow,
+                clip(session.client_id), session.dropped, self.limits.queue_overflow,
             )
 
     def window(self, conn: Connection) -> int:

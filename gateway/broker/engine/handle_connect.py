@@ -23,7 +23,9 @@ from gateway.broker.codec.packets import (
     Properties,
 )
 from gateway.broker.codec.reason_codes import ReasonCode, v3_connack_code
+from gateway.broker.contracts.auth import source_of
 from gateway.broker.contracts.hooks import INTERNAL_LISTENERS, Access
+from gateway.broker.core.log_sampling import clip, worth_logging
 from gateway.broker.core.session import NEVER_EXPIRES, ClientInfo, Connection
 from gateway.broker.engine.broker_api import BrokerApi
 from gateway.broker.engine.refusals import connect_refusal, keep_alive_over_limit
@@ -47,11 +49,11 @@ def on_connect(broker: BrokerApi, conn: Connection, packet: Connect, now: float)
     if refusal is not None:
         if refusal.reason == ReasonCode.SERVER_BUSY:
             broker.count_refused_busy(conn)
-        refuse(conn, refusal.reason)
+        refuse(broker, conn, refusal.reason)
         return
     reason = _hooks_refusal(broker, conn, packet)
     if reason is not None:
-        refuse(conn, reason)
+        refuse(broker, conn, reason)
         return
     accept(broker, conn, packet, assigned, now)
 
@@ -94,6 +96,13 @@ def accept(
         expiry = min(props.session_expiry_interval or 0, broker.limits.max_session_expiry)
     else:
         expiry = 0 if packet.clean_start else NEVER_EXPIRES
+    if (expiry and broker.gated_acks and conn.client_id not in broker.sessions
+            and not broker.hooks.accepting()):
+        # A new persistent session the full store cannot take: say so (0x97; 3.1.1: 3)
+        # rather than leave the client without a CONNACK. Existing sessions still resume,
+        # so their queues can drain.
+        refuse(broker, conn, ReasonCode.QUOTA_EXCEEDED)
+        return
     session, present = broker.take_session(conn, packet, expiry, now)
     session.will = packet.will
     conn.session = session
@@ -120,9 +129,13 @@ def accept(
     broker.dispatch.pump(session, now)
 
 
-def refuse(conn: Connection, reason: int) -> None:
-    """Answer CONNECT with a refusal and close."""
-    log.info("refused %s from %s: reason 0x%02X", conn.client_id, conn.peer, reason)
+def refuse(broker: BrokerApi, conn: Connection, reason: int, why: str = "") -> None:
+    """Answer CONNECT with a refusal and close (`why`: more words for the log line)."""
+    count = broker.refusals_by_source.add(source_of(conn.peer))
+    if worth_logging(count, every=100):
+        log.info("refused %s from %s: reason 0x%02X%s (%d from there so far)",
+                 clip(conn.client_id), conn.peer, reason, f", {clip(why, 200)}" if why else "",
+                 count)
     code = reason if conn.is_v5 else v3_connack_code(reason)
     conn.sink.write(encode(ConnAck(False, code), conn.version))
     conn.sink.close()

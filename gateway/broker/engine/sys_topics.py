@@ -26,6 +26,7 @@ SECURITY_COUNTERS = (
     ("clients/refused/rate", "refused_rate"),
     ("clients/refused/source", "refused_source"),
     ("clients/refused/pending", "refused_pending"),
+    ("clients/evicted/pending", "evicted_pending"),
     ("clients/refused/busy", "refused_busy"),
     ("clients/refused/timeout", "refused_timeout"),
     ("clients/refused/tls", "tls_failed"),

@@ -16,9 +16,15 @@ How this works: `start_listener` binds one configured listener. Every kind ends 
 `Admission` is the I/O half of access control, one per `Server`:
 
 - at accept: `ConnectionLimiter` (gateway/broker/contracts/auth.py) refuses a socket from an
-  address that opens
-  connections too fast or holds too many, or when too many connections are still before
-  CONNECT; a refused socket is closed at once (nothing was read), counted and logged.
+  address that opens connections too fast or holds too many, and Admission refuses one from an
+  address that already holds `max_pending_per_source` connections before CONNECT; a refused
+  socket is closed at once (nothing was read), counted and logged.
+- the pending table: every admitted socket gets a `PendingConnection` until its CONNECT leaves
+  admission (or it closes). When the table is full (`max_pending_connections`) a newcomer is
+  not refused: the oldest pending connection of the address holding the most is closed to make
+  room. So a few addresses that open sockets and send half a CONNECT cannot shut out a client
+  from anywhere else; they only push out each other. Bytes buffered before the CONNECT is
+  complete are capped (`max_pending_bytes`, checked by the connection).
 - at CONNECT: the login throttle's delay for the source address (exponential in its recent
   failed logins) and the password hash (PBKDF2, run in a one-thread executor: hashlib releases
   the GIL) happen while the CONNECT is parked — reading paused, the loop free; then the verdict
@@ -40,8 +46,9 @@ import socket
 import ssl
 import stat
 from asyncio import sslproto
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -55,7 +62,7 @@ from gateway.broker.contracts.auth import (
     source_of,
 )
 from gateway.broker.contracts.config import ListenerConfig
-from gateway.broker.core.log_sampling import worth_logging
+from gateway.broker.core.log_sampling import clip, worth_logging
 from gateway.broker.core.session import ClientInfo, Connection
 from gateway.broker.engine.broker import Broker
 from gateway.broker.net import websocket
@@ -70,6 +77,10 @@ _LOG_EVERY = 100  # refusals of one kind: the first ten logged, then every hundr
 # whose verdict is cached (reconnects) need no check at all.
 MAX_HASHING = 16
 MAX_HASHING_PER_SOURCE = 4
+# Sockets the kernel may hold completed but not yet accepted (capped by net.core.somaxconn):
+# under a connection flood a full accept queue drops SYNs, and a legitimate client then waits
+# for its SYN to be sent again (1 s, then 3 s) before admission even sees it.
+ACCEPT_BACKLOG = 4096
 
 
 # -- what the listeners need of the server ---------------------------------------------------
@@ -83,14 +94,16 @@ class ClientConnection(asyncio.Protocol, abc.ABC):
     listener: ListenerConfig
     label: str  # ClientInfo.listener
     source: str | None  # counted by Admission (None: not counted)
-    before_connect: bool  # counted as "before CONNECT" by Admission
+    admitted: PendingConnection | None  # its admission entry, released when it closes
+    pending: PendingConnection | None  # the same until its CONNECT is judged
     closing: bool
     transport: asyncio.Transport | None
     conn: Connection
+    buffer: bytearray  # read but not yet decoded (capped before CONNECT)
 
     @abc.abstractmethod
-    def adopt(self, source: str) -> None:
-        """This connection was counted for `source`."""
+    def adopt(self, admitted: PendingConnection) -> None:
+        """Admission counted this connection (`admitted.source`)."""
 
     @abc.abstractmethod
     def discard(self) -> None:
@@ -163,8 +176,16 @@ def peer_source(peer: object) -> str:
     return UNIX_SOURCE
 
 
+@dataclass(eq=False, slots=True)
+class PendingConnection:
+    """An admitted socket whose CONNECT has not left admission yet."""
+
+    source: str
+    abort: Callable[[], None]  # closes the socket at once (its connection_lost releases it)
+
+
 class Admission:
-    """Per-source accept limits, the login throttle and password hashing off the loop."""
+    """Per-source accept limits, the pending table, the login throttle and password hashing."""
 
     def __init__(self, server: ListenerHost, security: Security | None) -> None:
         limits = server.broker.limits
@@ -180,16 +201,29 @@ class Admission:
         self.hashing: dict[str, int] = {}  # password checks waiting or running, per address
         self._executor: ThreadPoolExecutor | None = None
         self._refused: dict[str, int] = {}
+        self.max_pending_per_source = limits.max_pending_per_source
+        # per source, in arrival order (dicts keep it): the connections before CONNECT
+        self.pending: dict[str, dict[PendingConnection, None]] = {}
 
     # -- accept ------------------------------------------------------------------------
 
-    def accept(self, source: str) -> bool:
-        """Count a new socket from `source`, or refuse it (the caller closes it)."""
-        reason = self.limiter.admit(source, self.server.loop.time())
+    def accept(self, source: str, abort: Callable[[], None]) -> PendingConnection | None:
+        """Count a new socket from `source`, or refuse it (None: the caller closes it)."""
+        waiting = self.pending.get(source)
+        if (waiting is not None and len(waiting) >= self.max_pending_per_source
+                and source not in self.limiter.exempt):
+            reason: str | None = "pending_source"
+        else:
+            reason = self.limiter.admit(source, self.server.loop.time(), self._make_room)
         if reason is None:
-            return True
+            entry = PendingConnection(source, abort)
+            self.pending.setdefault(source, {})[entry] = None
+            return entry
         counters = self.server.broker.counters
-        if reason == "rate":
+        if reason == "pending_source":
+            counters.refused_pending += 1
+            text = "has too many connections before CONNECT (limits.max_pending_per_source)"
+        elif reason == "rate":
             counters.refused_rate += 1
             text = "connects too fast (limits.connection_rate)"
         elif reason == "source":
@@ -203,13 +237,51 @@ class Admission:
         if worth_logging(count, _LOG_EVERY):
             log.warning("refused a connection from %s: %s (%d refused so far)",
                         source, text, count)
-        return False
+        return None
 
-    def release(self, source: str, before_connect: bool) -> None:
+    def _make_room(self) -> bool:
+        """The pending table is full: close the oldest connection of the busiest address."""
+        if not self.pending:
+            return False
+        busiest = max(self.pending, key=lambda source: len(self.pending[source]))
+        victim = next(iter(self.pending[busiest]))
+        self.settled(victim)
+        victim.abort()
+        counters = self.server.broker.counters
+        counters.evicted_pending += 1
+        if worth_logging(counters.evicted_pending, _LOG_EVERY):
+            log.warning("closed a connection from %s before its CONNECT to make room for a new "
+                        "one (limits.max_pending_connections; %d closed so far)", busiest,
+                        counters.evicted_pending)
+        return True
+
+    def settled(self, entry: PendingConnection) -> None:
+        """The connection's CONNECT left admission (or it closed): it is no longer pending."""
+        waiting = self.pending.get(entry.source)
+        if waiting is None or entry not in waiting:
+            return
+        del waiting[entry]
+        if not waiting:
+            del self.pending[entry.source]
+        self.limiter.connected()
+
+    def overflowed(self, protocol: ClientConnection) -> None:
+        """More than `max_pending_bytes` arrived before a complete CONNECT: close the socket."""
+        self.server.broker.counters.refused_pending += 1
+        count = self._refused["bytes"] = self._refused.get("bytes", 0) + 1
+        if worth_logging(count, _LOG_EVERY):
+            log.warning("closed a connection from %s: %d bytes before a complete CONNECT "
+                        "(limits.max_pending_bytes; %d closed so far)", protocol.source,
+                        len(protocol.buffer), count)
+        protocol.buffer.clear()
+        protocol.closing = True
+        if protocol.transport is not None:
+            protocol.transport.abort()
+
+    def release(self, entry: PendingConnection) -> None:
         """A counted socket closed."""
-        self.limiter.release(source)
-        if before_connect:
-            self.limiter.connected()
+        self.settled(entry)
+        self.limiter.release(entry.source)
 
     # -- CONNECT -----------------------------------------------------------------------
 
@@ -288,9 +360,9 @@ class Admission:
 
     def _judge(self, protocol: ClientConnection, packet: Connect, source: str, now: float) -> None:
         """The CONNECT leaves admission: record a failed login against its source."""
-        if protocol.before_connect:
-            protocol.before_connect = False
-            self.limiter.connected()
+        if protocol.pending is not None:
+            self.settled(protocol.pending)
+            protocol.pending = None
         security = self.security
         if security is None:
             return
@@ -303,9 +375,9 @@ class Admission:
         self.server.broker.counters.auth_failed += 1
         if worth_logging(failures, _LOG_EVERY):
             log.warning(
-                "failed login from %s on %s (user %r, client %r): %d failure(s) from there; "
-                "its next CONNECT waits %.1f s", source, protocol.label, packet.username,
-                packet.client_id, failures, self.throttle.delay(source, now),
+                "failed login from %s on %s (user %s, client %s): %d failure(s) from there; "
+                "its next CONNECT waits %.1f s", source, protocol.label, clip(packet.username),
+                clip(packet.client_id), failures, self.throttle.delay(source, now),
             )
 
     def close(self) -> None:
@@ -333,17 +405,18 @@ class TLSAcceptor(asyncio.Protocol):
         self.listener = listener
         self.context = context
         self.inner = inner
-        self.source: str | None = None
+        self.admitted: PendingConnection | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         raw = cast(asyncio.Transport, transport)
         source = peer_source(raw.get_extra_info("peername"))
-        if not self.server.admission.accept(source):
+        admitted = self.server.admission.accept(source, raw.abort)
+        if admitted is None:
             self.inner.discard()
             raw.abort()
             return
-        self.source = source
-        self.inner.adopt(source)
+        self.admitted = admitted
+        self.inner.adopt(admitted)
         loop = self.server.loop
         waiter: asyncio.Future[None] = loop.create_future()
         waiter.add_done_callback(self._handshake_done)
@@ -360,9 +433,9 @@ class TLSAcceptor(asyncio.Protocol):
         if exc is None and not waiter.cancelled():
             return
         self.server.broker.counters.tls_failed += 1
-        log.info("TLS handshake with %s failed: %s", self.source, exc or "cancelled")
-        assert self.source is not None
-        self.server.admission.release(self.source, before_connect=True)
+        assert self.admitted is not None
+        log.info("TLS handshake with %s failed: %s", self.admitted.source, exc or "cancelled")
+        self.server.admission.release(self.admitted)
         self.inner.discard()
 
     def data_received(self, data: bytes) -> None:  # pragma: no cover - replaced at once
@@ -430,8 +503,8 @@ class WebSocketConnection(asyncio.Protocol):
         self.inner = server.new_protocol(listener, label)
         self.transport: asyncio.Transport | None = None
 
-    def adopt(self, source: str) -> None:
-        self.inner.adopt(source)
+    def adopt(self, admitted: PendingConnection) -> None:
+        self.inner.adopt(admitted)
 
     def discard(self) -> None:
         self.inner.discard()
@@ -539,13 +612,14 @@ async def start_listener(server: ListenerHost, listener: ListenerConfig, label: 
     if kind == "unix":
         path = Path(listener.bind)
         _remove_stale_socket(path)
-        aio_server = await loop.create_unix_server(factory, str(path), backlog=1024)
+        aio_server = await loop.create_unix_server(factory, str(path),
+                                                  backlog=ACCEPT_BACKLOG)
         os.chmod(path, 0o660 if listener.socket_mode is None else listener.socket_mode)
         server.unix_paths.append(path)
         bound = [f"unix:{path}"]
     else:
         aio_server = await loop.create_server(
-            factory, listener.host, listener.port, reuse_address=True, backlog=1024
+            factory, listener.host, listener.port, reuse_address=True, backlog=ACCEPT_BACKLOG
         )
         bound = []
         for sock in aio_server.sockets:

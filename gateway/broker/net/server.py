@@ -62,6 +62,10 @@ READ_BURST = 256 * 1024
 # How long a closed connection keeps reading (and discarding) until the client closes too.
 LINGER_SECONDS = 2.0
 _UNSUPPORTED_VERSION_CONNACK = b"\x20\x02\x00\x01"  # 3.1.1 CONNACK, return code 1
+# A CONNACK the store could not commit (the session is not stored) is replaced by a refusal,
+# so the client hears why instead of nothing: 0x88 server unavailable, 3.1.1 return code 3.
+_UNSTORED_CONNACK_V5 = b"\x20\x03\x00\x88\x00"
+_UNSTORED_CONNACK_V3 = b"\x20\x02\x00\x03"
 
 
 class MQTTConnection(listeners.ClientConnection):
@@ -73,7 +77,8 @@ class MQTTConnection(listeners.ClientConnection):
         self.listener = listener
         self.label = label or listener.bind  # ClientInfo.listener
         self.source: str | None = None  # counted by Admission (None: not counted)
-        self.before_connect = False  # counted as "before CONNECT" by Admission
+        self.admitted: listeners.PendingConnection | None = None  # released when it closes
+        self.pending: listeners.PendingConnection | None = None  # set until CONNECT is judged
         self.parked = False  # the CONNECT waits in Admission; reading is paused
         self.refused = False
         self.transport: asyncio.Transport | None = None
@@ -97,11 +102,12 @@ class MQTTConnection(listeners.ClientConnection):
         peer = transport.get_extra_info("peername")
         if self.source is None:  # not admitted by a TLS acceptor: count it here
             source = listeners.peer_source(peer)
-            if not self.server.admission.accept(source):
+            admitted = self.server.admission.accept(source, self.transport.abort)
+            if admitted is None:
                 self.discard()
                 self.transport.abort()
                 return
-            self.adopt(source)
+            self.adopt(admitted)
         self.server.connections.add(self)
         self.transport.set_write_buffer_limits(HIGH_WATER, HIGH_WATER // 4)
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else (
@@ -111,10 +117,10 @@ class MQTTConnection(listeners.ClientConnection):
             self.server.loop.time(),
         )
 
-    def adopt(self, source: str) -> None:
-        """This connection was counted for `source` (released in `connection_lost`)."""
-        self.source = source
-        self.before_connect = True
+    def adopt(self, admitted: listeners.PendingConnection) -> None:
+        """This connection was counted by Admission (released in `connection_lost`)."""
+        self.source = admitted.source
+        self.admitted = self.pending = admitted
 
     def discard(self) -> None:
         """Refused before it started: nothing to release, no broker connection."""
@@ -176,6 +182,8 @@ class MQTTConnection(listeners.ClientConnection):
             return
         if offset < end:
             self.buffer += data[offset:] if offset else data
+            if self.pending is not None and len(self.buffer) > broker.limits.max_pending_bytes:
+                self.server.admission.overflowed(self)
 
     def _park(self, data: bytes, offset: int, end: int) -> None:
         self.parked = True
@@ -215,9 +223,9 @@ class MQTTConnection(listeners.ClientConnection):
         if self.refused or self.forgotten:
             return
         self.forgotten = True
-        if self.source is not None:
-            self.server.admission.release(self.source, self.before_connect)
-            self.before_connect = False
+        if self.admitted is not None:
+            self.server.admission.release(self.admitted)
+            self.admitted = self.pending = None
         self.server.broker.connection_lost(self.conn, self.server.loop.time())
 
     def pause_writing(self) -> None:
@@ -328,13 +336,25 @@ class MQTTConnection(listeners.ClientConnection):
         self.transport.write(data)
 
     def abort(self) -> None:
-        """Drop held output and close: the store could not commit what it acknowledges."""
+        """Drop held output and close: the store could not commit what it acknowledges.
+
+        When that output starts with the CONNACK (nothing precedes it), the client is told
+        that the server is unavailable instead.
+        """
+        held = self.in_commit or self.held
+        unstored_connack = bool(held) and held[0][:1] == b"\x20"
         self.in_commit = None
         self.held.clear()
         self.out.clear()
         self.out_bytes = 0
         self.closing = True
-        if self.transport is not None:
+        if self.transport is None:
+            return
+        if unstored_connack:
+            self.transport.write(_UNSTORED_CONNACK_V5 if self.conn.is_v5 else
+                                 _UNSTORED_CONNACK_V3)
+            self.transport.close()  # after the refusal is written
+        else:
             self.transport.abort()
 
     def release(self) -> None:

@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 from tests.support.broker_proc import BrokerProcess, launch
 from tests.support.rtu_device import RtuDevice, crc_bytes
 
-ROOT = Path(__file__).resolve().parents[3]
-_STATUS_LOG = re.compile(r"status page, /status and /metrics on (http://\S+)")
+ROOT = Path(__file__).resolve().parents[3]  # the repository
+_STATUS_LOG = re.compile(r"status page, /status and /metrics on (https?://\S+)")
 T = TypeVar("T")
 
 # Runs `outpost` with systemd-python hidden: the daemon must use its built-in senders.

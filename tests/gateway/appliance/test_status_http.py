@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.broker.contracts.passwords import hash_password
 from tests.gateway.appliance.support import (
     ROOT,
     MovingDevice,
@@ -144,7 +145,10 @@ def test_outpost_status_prints_a_summary(gateway: Outpost,
 def test_outpost_status_finds_the_endpoint_in_the_config(gateway: Outpost) -> None:
     port = int(gateway.url("").rsplit(":", 1)[1].strip("/"))
     config = gateway.config_path.parent / "status-only.toml"
-    config.write_text(f'[status]\nbind = "0.0.0.0:{port}"\n', encoding="utf-8")
+    users = gateway.config_path.parent / "status.passwd"  # a LAN bind needs one
+    users.write_text(f"ops:{hash_password(b'x', iterations=1000)}\n", encoding="utf-8")
+    config.write_text(f'[status]\nbind = "0.0.0.0:{port}"\npassword_file = "{users}"\n',
+                      encoding="utf-8")
     result = subprocess.run(
         [sys.executable, "-m", "gateway", "status", "--config", str(config)],
         capture_output=True, text=True, timeout=30, cwd=ROOT, check=False,

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import require
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[3]  # the repository
 SYSTEMD = ROOT / "systemd"
 UNIT = SYSTEMD / "outpost.service"
 HOST_UNITS = Path("/usr/lib/systemd/system")

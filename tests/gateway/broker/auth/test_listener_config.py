@@ -128,7 +128,7 @@ def test_every_listener_key_and_security_limit_is_documented() -> None:
     new_limits = [k for k in LimitsConfig.model_fields if k.startswith(
         ("max_connections", "connection_", "exempt", "max_pending", "max_subscriptions",
          "max_topic", "login_"))]
-    assert len(new_limits) == 12
+    assert len(new_limits) == 14
     for key in new_limits:
         assert f"{key} =" in text, key
     for command in ("outpost passwd", "outpost passwd -D", "outpost passwd --stdin"):

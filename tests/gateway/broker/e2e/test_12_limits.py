@@ -102,14 +102,14 @@ def test_03_offline_queue_bound_and_policy(broker_factory, policy, expected):
 
 
 def test_04_queue_bounded_in_bytes(broker_factory):
-    broker = broker_factory("[limits]\nmax_queued_bytes = 1024\n")
+    broker = broker_factory("[limits]\nmax_queued_bytes = 2400\n")
     with RawClient.to(broker) as sub:
         sub.connect("c12-04", clean=False)
         sub.subscribe(("c12/04", 1))
         sub.disconnect()
     with RawClient.to(broker) as pub:
         pub.connect("c12-04p")
-        for index in range(6):  # 6 + 300 bytes each: three fit in 1024
+        for index in range(6):  # 6 + 300 bytes + 480 of objects each: three fit in 2400
             pub.publish("c12/04", bytes([0x30 + index]) * 300, qos=1)
     with RawClient.to(broker) as sub:
         assert sub.connect("c12-04", clean=False) == bytes.fromhex("20020100")

@@ -50,6 +50,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
         'exempt_sources = ["127.0.0.1"]\n'  # the test's own helpers; attackers use .2, .3 ...
         "connection_rate = 5\n"
         "connection_burst = 10\n"
+        "max_pending_per_source = 30\n"  # test_01 opens 30 sockets before any CONNECT
         "max_subscriptions_per_client = 3\n"
         "max_topic_length = 64\n"
         "max_topic_levels = 5\n"
@@ -106,16 +107,86 @@ def test_02_connections_per_address_and_before_connect(tmp_path):
             assert other.connect("c24-02-other") == ACCEPTED
         for sock in held:
             sock.close()
-        # sockets that never send CONNECT are capped across all addresses
+        # sockets that never send CONNECT are capped across all addresses: the 11th pushes
+        # out the oldest instead of being refused
         silent = [tcp_socket(address.host, address.port, source=f"127.0.1.{n + 1}")
                   for n in range(11)]
-        assert answered(silent[-1]) is False  # the 11th: refused at accept
-        assert answered(silent[0]) is True  # the others were accepted and can still CONNECT
+        assert answered(silent[-1]) is True
+        assert answered(silent[0]) is False  # closed to make room
+        assert answered(silent[1]) is True  # the others were kept and can still CONNECT
         for sock in silent:
             sock.close()
         wait_for(lambda: outpost_counter(address, "clients/refused/source") == 1)
-        wait_for(lambda: outpost_counter(address, "clients/refused/pending") == 1)
-        assert "too many connections before CONNECT" in broker.log()
+        wait_for(lambda: outpost_counter(address, "clients/evicted/pending") == 1)
+        assert "before its CONNECT to make room" in broker.log()
+    finally:
+        broker.stop()
+
+
+def test_02b_half_open_flood_from_many_addresses_cannot_shut_others_out(tmp_path):
+    """Sockets that send half a CONNECT and hold, from many addresses, fill the pending table;
+    a client from another address is still answered, every time, while the attack holds."""
+    broker = start_secure_broker(tmp_path / "b", (
+        "[limits]\nconnection_rate = 0\nmax_pending_connections = 24\n"
+        "max_pending_per_source = 3\nmax_pending_bytes = 1024\n"
+        '[[listeners]]\nbind = "127.0.0.1:0"\n'), 1)
+    half_connect = encode(Connect("attacker", 4, True, 30), 4)[:8]
+    held: list[socket.socket] = []
+
+    def attack(first: int, addresses: int) -> None:
+        for n in range(first, first + addresses):
+            for _ in range(3):
+                sock = tcp_socket(address.host, address.port, source=f"127.0.2.{n}")
+                sock.sendall(half_connect)
+                held.append(sock)
+
+    try:
+        address = broker.of("tcp")
+        attack(1, 10)  # 30 half-open sockets for 24 slots: 6 already pushed out
+        for probe in range(5):
+            with tcp_client(address, source=OTHER) as other:
+                assert other.connect(f"c24-02b-{probe}") == ACCEPTED
+            attack(11 + probe, 1)  # the attack goes on: 3 more from a new address each time
+        # a fourth half-open socket from one address (the newest, still holding 3): refused
+        extra = tcp_socket(address.host, address.port, source="127.0.2.15")
+        with contextlib.closing(extra):
+            extra.settimeout(5)
+            assert extra.recv(1) == b""
+        # more than max_pending_bytes before a complete CONNECT: closed
+        big = tcp_socket(address.host, address.port, source="127.0.3.1")
+        with contextlib.closing(big):
+            big.sendall(encode(Connect("x" * 2000, 4, True, 30), 4)[:1500])
+            big.settimeout(5)
+            assert big.recv(1) == b""
+        wait_for(lambda: outpost_counter(address, "clients/evicted/pending") >= 6 + 5 * 3)
+        log = broker.log()
+        assert "has too many connections before CONNECT (limits.max_pending_per_source)" in log
+        assert "before a complete CONNECT (limits.max_pending_bytes" in log
+        assert f"from {OTHER}" not in log
+    finally:
+        for sock in held:
+            sock.close()
+        broker.stop()
+
+
+def test_02c_long_client_ids_are_clipped_and_refusals_sampled_per_address(tmp_path):
+    broker = start_secure_broker(tmp_path / "b", '[[listeners]]\nbind = "127.0.0.1:0"\n', 1)
+    try:
+        address = broker.of("tcp")
+        before = len(broker.log().encode())
+        for _ in range(30):
+            with tcp_client(address) as c:  # 127.0.0.1: exempt from the per-address rate
+                assert c.connect("x" * 65_535) == bytes.fromhex("20020002")  # id rejected
+        wait_for(lambda: "(30 from there so far)" not in broker.log()
+                 and "(10 from there so far)" in broker.log())
+        lines = [line for line in broker.log().splitlines() if "refused x" in line]
+        assert len(lines) == 10  # the first ten from 127.0.0.1, then every hundredth
+        assert all("...(65535 chars)" in line and len(line) < 300 for line in lines)
+        assert len(broker.log().encode()) - before < 30 * 1024  # was 65 KiB per CONNECT
+        # another address still gets its first lines
+        with tcp_client(address, source=OTHER) as c:
+            assert c.connect("y" * 300) == bytes.fromhex("20020002")
+        wait_for(lambda: "refused " + "y" * 64 + "...(300 chars) from 127.0.0.3" in broker.log())
     finally:
         broker.stop()
 
