@@ -211,26 +211,9 @@ def broker_reloader(broker: Broker) -> ReloadCallback:
     Live: connection count, keepalive, connect timeout, session expiry and client id bounds,
     in-flight window, overflow policy, QoS 0 queueing, `$SYS` interval, and raised announced
     limits. Queue bounds apply to sessions created from now on; existing sessions only grow
-    to a larger bound, so a reload never drops a queued message.
+    to a larger bound, so a reload never drops a queued message (`Broker.apply_config`).
     """
-
-    def apply(config: Config) -> None:
-        limits = config.limits
-        broker.config = config
-        broker.limits = limits
-        broker.dispatch.limits = limits
-        drop_oldest = limits.queue_overflow == "drop-oldest"
-        for session in broker.sessions.values():
-            outbound = session.outbound
-            outbound.max_messages = max(outbound.max_messages, limits.max_queued_messages)
-            outbound.max_bytes = max(outbound.max_bytes, limits.max_queued_bytes)
-            outbound.drop_oldest = drop_oldest
-        publisher = broker.sys
-        if publisher.interval != config.sys.interval:
-            publisher.interval = config.sys.interval
-            publisher.next_at = publisher.last_at + config.sys.interval
-
-    return apply
+    return broker.apply_config
 
 
 def reloadable_hooks(hooks: BrokerHooks) -> Iterator[tuple[str, ReloadCallback]]:

@@ -188,15 +188,15 @@ class Admission:
         reason = self.limiter.admit(source, self.server.loop.time())
         if reason is None:
             return True
-        counters = self.server.broker.counters
+        broker = self.server.broker
         if reason == "rate":
-            counters.refused_rate += 1
+            broker.count_refused_rate()
             text = "connects too fast (limits.connection_rate)"
         elif reason == "source":
-            counters.refused_source += 1
+            broker.count_refused_source()
             text = "has too many connections (limits.max_connections_per_source)"
         else:
-            counters.refused_pending += 1
+            broker.count_refused_pending()
             text = ("too many connections before CONNECT from all sources "
                     "(limits.max_pending_connections)")
         count = self._refused[reason] = self._refused.get(reason, 0) + 1
@@ -230,7 +230,7 @@ class Admission:
             self._judge(protocol, packet, source, now)
             return packet
         if delay > 0:
-            self.server.broker.counters.auth_delayed += 1
+            self.server.broker.count_auth_delayed()
             log.info("CONNECT from %s waits %.1f s (%d recent failed login(s) from there)",
                      source, delay, self.throttle.failures(source, now))
         protocol.conn.opened_at = math.inf  # the CONNECT came in time: the wait is ours
@@ -278,7 +278,7 @@ class Admission:
         waiting = sum(self.hashing.values())
         if waiting < MAX_HASHING and self.hashing.get(source, 0) < MAX_HASHING_PER_SOURCE:
             return True
-        self.server.broker.counters.refused_pending += 1
+        self.server.broker.count_refused_pending()
         count = self._refused["hashing"] = self._refused.get("hashing", 0) + 1
         if worth_logging(count, _LOG_EVERY):
             log.warning("closed a CONNECT from %s: %d password checks are already waiting "
@@ -300,7 +300,7 @@ class Admission:
         if security.authenticate(info, packet.password) == ReasonCode.SUCCESS:
             return
         failures = self.throttle.failed(source, now)
-        self.server.broker.counters.auth_failed += 1
+        self.server.broker.count_auth_failed()
         if worth_logging(failures, _LOG_EVERY):
             log.warning(
                 "failed login from %s on %s (user %r, client %r): %d failure(s) from there; "
@@ -359,7 +359,7 @@ class TLSAcceptor(asyncio.Protocol):
         exc = None if waiter.cancelled() else waiter.exception()
         if exc is None and not waiter.cancelled():
             return
-        self.server.broker.counters.tls_failed += 1
+        self.server.broker.count_tls_failed()
         log.info("TLS handshake with %s failed: %s", self.source, exc or "cancelled")
         assert self.source is not None
         self.server.admission.release(self.source, before_connect=True)
@@ -452,7 +452,7 @@ class WebSocketConnection(asyncio.Protocol):
             elif isinstance(event, websocket.Reply):
                 transport.write(event.data)
             elif isinstance(event, websocket.Refused):
-                self.server.broker.counters.ws_refused += 1
+                self.server.broker.count_ws_refused()
                 log.info("WebSocket upgrade from %s refused: %d %s", self.inner.conn.peer,
                          event.status, event.reason)
                 transport.write(event.data)
