@@ -29,7 +29,8 @@ The registry is how components plug in (`gateway/appliance/app.py` does the regi
 A callback takes the new `Config` and returns nothing; it must apply all of its change or none
 of it, and raise to refuse (a `ConfigError` is logged line by line with its key paths, anything
 else with its traceback; other callbacks still run). Pure: no I/O here beyond what the loader
-and the callbacks do. `reloadable_hooks` finds the broker hooks that have a `reload(config)`.
+and the callbacks do. `reloadable_hooks` finds the broker hooks that have a `reload(config)`;
+`hook_reloaders` wraps them so the broker re-decides its READ checks after each.
 """
 
 from __future__ import annotations
@@ -214,6 +215,22 @@ def broker_reloader(broker: Broker) -> ReloadCallback:
     to a larger bound, so a reload never drops a queued message (`Broker.apply_config`).
     """
     return broker.apply_config
+
+
+def hook_reloaders(broker: Broker) -> Iterator[tuple[str, ReloadCallback]]:
+    """The reload callbacks of the broker's hooks (`reloadable_hooks`), each followed by the
+    broker deciding again whether deliveries check READ access: a listener that gains an ACL
+    must start checking, or its clients keep receiving what the new rules deny."""
+    for name, reload_hook in reloadable_hooks(broker.hooks):
+        yield name, _then_recheck_access(reload_hook, broker)
+
+
+def _then_recheck_access(reload_hook: ReloadCallback, broker: Broker) -> ReloadCallback:
+    def apply(config: Config) -> None:
+        reload_hook(config)  # raises to refuse: the old rules, and the old decision, stay
+        broker.access_rules_changed()
+
+    return apply
 
 
 def reloadable_hooks(hooks: BrokerHooks) -> Iterator[tuple[str, ReloadCallback]]:

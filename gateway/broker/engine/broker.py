@@ -121,6 +121,11 @@ class Broker:
             publisher.interval = config.sys.interval
             publisher.next_at = publisher.last_at + config.sys.interval
 
+    def access_rules_changed(self) -> None:
+        """The hooks reloaded their access rules (SIGHUP): decide again whether deliveries
+        check READ access, which an ACL that appeared (or went) changes."""
+        self.dispatch.access_rules_changed()
+
     def restore(self, state: RestoredState, now: float) -> None:
         """Rebuild sessions, queues, in-flight state and retained messages from a store."""
         for restored in state.sessions:
