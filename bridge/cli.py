@@ -16,9 +16,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from bridge.config import BridgeConfig, BusConfig, DeviceConfig, PointConfig
+from bridge.config import BridgeConfig
 from bridge.modbus import convert
 from bridge.modbus.bus import ModbusBus, TransactionError
+from bridge.modbus.config import BusConfig, DeviceConfig, PointConfig
 from bridge.modbus.frames import Request
 from bridge.modbus.plan import BIT_TABLES, READ_FUNCTION
 from gateway.base.settings import ConfigError, format_errors

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from bridge.modbus.convert import Value
+from bridge.point import Value
 
 ONLINE: Final = b"online"
 OFFLINE: Final = b"offline"

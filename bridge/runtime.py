@@ -48,8 +48,9 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from bridge.config import BridgeConfig, DeviceConfig
+from bridge.config import BridgeConfig
 from bridge.modbus.bus import Counters, ModbusBus
+from bridge.modbus.config import DeviceConfig
 from bridge.modbus.poller import DevicePoller, WriteError
 from bridge.report import OFFLINE, ONLINE, diagnostics_payload
 from bridge.serial.config import SerialDeviceConfig

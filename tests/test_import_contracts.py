@@ -100,6 +100,14 @@ def test_a_new_cycle_is_caught(tree: Path) -> None:
     assert broken_contracts(tree) == {"no-cycles"}
 
 
+def test_a_device_package_reaching_back_to_the_bridge_config_is_caught(tree: Path) -> None:
+    # bridge.config aggregates bridge.modbus.config and bridge.serial.config; a device package
+    # importing the aggregate back is a loop between packages, with no exception for it.
+    assert "from bridge.modbus.config import" in (tree / "bridge/config.py").read_text()
+    add_line(tree / "bridge/modbus/poller.py", "import bridge.config")
+    assert broken_contracts(tree) == {"no-cycles"}
+
+
 def test_a_type_checking_cycle_is_caught(tree: Path) -> None:
     # An import under TYPE_CHECKING is an import: hiding one does not hide the cycle.
     add_line(tree / "gateway/broker/engine/handle_connect.py",

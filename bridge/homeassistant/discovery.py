@@ -27,8 +27,9 @@ import json
 import re
 from typing import Any
 
-from bridge.config import BridgeConfig, DeviceConfig, PointConfig
+from bridge.config import BridgeConfig
 from bridge.homeassistant.config import HomeAssistantConfig
+from bridge.modbus.config import DeviceConfig, PointConfig
 from bridge.modbus.convert import FLOAT_TYPES
 from bridge.serial.config import SerialDeviceConfig, SerialPointConfig
 from gateway.broker.core.message import Message

@@ -30,7 +30,7 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from bridge.config import BusConfig
+from bridge.modbus.config import BusConfig
 from bridge.modbus.frames import (
     Request,
     Response,

@@ -32,11 +32,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Final, Literal
 
-Value = bool | int | float | str | None
-Quality = Literal["good", "uncertain", "bad"]
-GOOD: Final = "good"
-UNCERTAIN: Final = "uncertain"
-BAD: Final = "bad"
+from bridge.point import BAD, GOOD, UNCERTAIN, Quality, Value
 
 DataType = Literal[
     "bool", "bit", "int16", "uint16", "int32", "uint32", "int64", "uint64",

@@ -26,11 +26,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bridge.config import DeviceConfig, PointConfig
 from bridge.modbus import convert
 from bridge.modbus.bus import ModbusBus, TransactionError
+from bridge.modbus.config import DeviceConfig, PointConfig
 from bridge.modbus.frames import Request
 from bridge.modbus.plan import Read, Span, split_gaps
+from bridge.point import Value
 from bridge.report import Reporter, ReportPolicy
 
 log = logging.getLogger("outpost.bridge.modbus")
@@ -184,7 +185,7 @@ class DevicePoller:
                 continue
             self._answered()
 
-    async def write(self, name: str, value: object) -> tuple[convert.Value, list[int]]:
+    async def write(self, name: str, value: object) -> tuple[Value, list[int]]:
         """Write a point; returns what was written: the value after scaling and rounding, as
         it reads back from the registers, and the registers. Raises WriteError with a message
         for `.../set/result`."""

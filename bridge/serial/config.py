@@ -1,4 +1,4 @@
-"""Configuration models of serial line devices (`[[bridge.serial]]`) and shared field types.
+"""Configuration models of serial line devices (`[[bridge.serial]]`).
 
 A serial line device is read, not polled: bytes are cut into frames (a delimiter, a fixed
 length, or start/end markers), each frame is parsed (regex with named groups, a struct format,
@@ -15,38 +15,11 @@ import re
 import struct
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from bridge.point import Name, ReportFields, Seconds, check_name, check_unique
 from bridge.serial.parse import NMEA_FIELD
-
-_NAME = re.compile(r"^[^/+#$\s][^/+#\s]{0,63}$")
-RESERVED_LEAVES = {"status", "diagnostics"}
-
-
-def _check_name(value: str) -> str:
-    if not _NAME.match(value):
-        raise ValueError("must be one topic level: 1-64 characters, no '/', '+', '#', "
-                         "spaces or leading '$'")
-    if value in RESERVED_LEAVES:
-        raise ValueError(f"{value!r} is reserved (<prefix>/<device>/{value} is published by "
-                         f"the bridge)")
-    return value
-
-
-Name = Annotated[str, AfterValidator(_check_name)]
-Seconds = Annotated[float, Field(gt=0)]
-
-
-def check_unique(names: list[str], where: str, what: str) -> list[str]:
-    """`where.i: duplicate <what> 'x' (also where.j)` for every repeated name."""
-    seen: dict[str, int] = {}
-    problems = []
-    for i, name in enumerate(names):
-        if name in seen:
-            problems.append(f"{where}.{i}: duplicate {what} {name!r} (also {where}.{seen[name]})")
-        else:
-            seen[name] = i
-    return problems
+from gateway.base.settings import Section
 
 
 def _to_bytes(value: str) -> bytes:
@@ -54,21 +27,6 @@ def _to_bytes(value: str) -> bytes:
         return value.encode("latin-1")
     except UnicodeEncodeError:
         raise ValueError("only characters U+0000 to U+00FF (write bytes as \\u00XX)") from None
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ReportFields(_Model):
-    """How a point is reported: every poll, or on change with a deadband and a heartbeat."""
-
-    unit: str | None = Field(default=None, description="engineering unit, e.g. kW")
-    report: Literal["poll", "change"] | None = Field(
-        default=None, description="default: the device's report (change when a deadband is set)")
-    deadband: Annotated[float, Field(ge=0)] | None = None
-    deadband_percent: Annotated[float, Field(ge=0, le=100)] | None = None
-    heartbeat: Seconds | None = Field(default=None, description="publish at least this often")
 
 
 class SerialPointConfig(ReportFields):
@@ -84,7 +42,7 @@ class SerialPointConfig(ReportFields):
     max: float | None = None
 
 
-class SerialDeviceConfig(_Model):
+class SerialDeviceConfig(Section):
     """A device on its own serial port that sends lines or frames."""
 
     name: Name
@@ -127,7 +85,7 @@ class SerialDeviceConfig(_Model):
     @classmethod
     def _commands(cls, commands: dict[str, str]) -> dict[str, str]:
         for name, template in commands.items():
-            _check_name(name)
+            check_name(name)
             try:
                 template.format(value="")
             except (KeyError, IndexError, ValueError) as exc:

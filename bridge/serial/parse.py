@@ -20,7 +20,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from bridge.modbus.convert import BAD, GOOD, Quality, Value, ValueSpec, to_engineering
+from bridge.modbus.convert import ValueSpec, to_engineering
+from bridge.point import BAD, GOOD, Quality, Value
 
 NMEA_FIELD: Final = re.compile(r"^([A-Z0-9]{3,5})\.([1-9][0-9]*)$")
 Raw = str | int | float | bytes | bool

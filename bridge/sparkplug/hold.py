@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 
-from bridge.modbus.convert import Value
+from bridge.point import Value
 from gateway.base.outbox import Outbox, OutboxRecord, RuleLimits
 
 log = logging.getLogger("outpost.sparkplug")

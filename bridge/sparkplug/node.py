@@ -33,8 +33,8 @@ from collections.abc import Awaitable, Callable
 from google.protobuf.message import DecodeError
 
 from bridge.config import BridgeConfig
-from bridge.modbus.convert import Value
 from bridge.modbus.poller import WriteError
+from bridge.point import Value
 from bridge.serial.reader import CommandError
 from bridge.sparkplug import payload as sp
 from bridge.sparkplug.config import SparkplugConfig

@@ -28,8 +28,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from bridge.config import BridgeConfig, DeviceConfig
-from bridge.modbus.convert import Value
+from bridge.config import BridgeConfig
+from bridge.modbus.config import DeviceConfig
+from bridge.point import Value
 from bridge.serial.config import SerialDeviceConfig
 from bridge.sparkplug.sparkplug_b_pb2 import Payload
 

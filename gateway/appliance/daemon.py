@@ -44,7 +44,7 @@ from types import ModuleType
 from typing import Any
 
 from gateway.appliance.config import Config
-from gateway.appliance.reload import Reloader, broker_reloader, reloadable_hooks
+from gateway.appliance.reload import Reloader, broker_reloader, hook_reloaders
 from gateway.appliance.status import StatusBoard, summary_line
 from gateway.appliance.status_http import StatusServer, StoreFiles
 from gateway.broker.contracts.hooks import BrokerHooks, HookChain
@@ -266,7 +266,7 @@ class Daemon:
         self.hard_exit = hard_exit
         self.reloader = Reloader(config, reload_config)
         self.reloader.register("broker", broker_reloader(broker), sections=("limits", "sys"))
-        for name, callback in reloadable_hooks(broker.hooks):
+        for name, callback in hook_reloaders(broker):
             self.reloader.register(name, callback)
         status = config.status
         self.board = StatusBoard(broker, self.loop.time, time.time, status.history,

@@ -29,7 +29,8 @@ The registry is how components plug in (`gateway/appliance/app.py` does the regi
 A callback takes the new `Config` and returns nothing; it must apply all of its change or none
 of it, and raise to refuse (a `ConfigError` is logged line by line with its key paths, anything
 else with its traceback; other callbacks still run). Pure: no I/O here beyond what the loader
-and the callbacks do. `reloadable_hooks` finds the broker hooks that have a `reload(config)`.
+and the callbacks do. `reloadable_hooks` finds the broker hooks that have a `reload(config)`;
+`hook_reloaders` wraps them so the broker re-decides its READ checks after each.
 """
 
 from __future__ import annotations
@@ -211,24 +212,23 @@ def broker_reloader(broker: Broker) -> ReloadCallback:
     Live: connection count, keepalive, connect timeout, session expiry and client id bounds,
     in-flight window, overflow policy, QoS 0 queueing, `$SYS` interval, and raised announced
     limits. Queue bounds apply to sessions created from now on; existing sessions only grow
-    to a larger bound, so a reload never drops a queued message.
+    to a larger bound, so a reload never drops a queued message (`Broker.apply_config`).
     """
+    return broker.apply_config
 
+
+def hook_reloaders(broker: Broker) -> Iterator[tuple[str, ReloadCallback]]:
+    """The reload callbacks of the broker's hooks (`reloadable_hooks`), each followed by the
+    broker deciding again whether deliveries check READ access: a listener that gains an ACL
+    must start checking, or its clients keep receiving what the new rules deny."""
+    for name, reload_hook in reloadable_hooks(broker.hooks):
+        yield name, _then_recheck_access(reload_hook, broker)
+
+
+def _then_recheck_access(reload_hook: ReloadCallback, broker: Broker) -> ReloadCallback:
     def apply(config: Config) -> None:
-        limits = config.limits
-        broker.config = config
-        broker.limits = limits
-        broker.dispatch.limits = limits
-        drop_oldest = limits.queue_overflow == "drop-oldest"
-        for session in broker.sessions.values():
-            outbound = session.outbound
-            outbound.max_messages = max(outbound.max_messages, limits.max_queued_messages)
-            outbound.max_bytes = max(outbound.max_bytes, limits.max_queued_bytes)
-            outbound.drop_oldest = drop_oldest
-        publisher = broker.sys
-        if publisher.interval != config.sys.interval:
-            publisher.interval = config.sys.interval
-            publisher.next_at = publisher.last_at + config.sys.interval
+        reload_hook(config)  # raises to refuse: the old rules, and the old decision, stay
+        broker.access_rules_changed()
 
     return apply
 

@@ -18,7 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.modbus import convert
-from bridge.modbus.convert import BAD, GOOD, UNCERTAIN, ConvertError, ValueSpec, decode, encode
+from bridge.modbus.convert import ConvertError, ValueSpec, decode, encode
+from bridge.point import BAD, GOOD, UNCERTAIN
 
 ORDERS_32 = ("ABCD", "BADC", "CDAB", "DCBA")
 ORDERS_64 = ("ABCDEFGH", "BADCFEHG", "GHEFCDAB", "HGFEDCBA")

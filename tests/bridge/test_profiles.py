@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bench.bridge.simulator import Simulator
-from bridge.config import PROFILE_DIR, profile_names
+from bridge.modbus.config import PROFILE_DIR, profile_names
 from tests.bridge.support import Watcher
 from tests.support.broker_proc import BrokerProcess
 

@@ -106,6 +106,32 @@ class Broker:
         self.queue_budget = QueueBudget(
             self.limits.max_queued_total_bytes or default_queue_budget())
 
+    def apply_config(self, config: BrokerConfig) -> None:
+        """Take a reloaded configuration's `[limits]` and `[sys]` while clients stay connected.
+
+        Sessions created from now on get the new queue bounds; existing sessions only grow to
+        a larger bound, so a reload never drops a queued message.
+        """
+        limits = config.limits
+        self.config = config
+        self.limits = limits
+        self.dispatch.limits = limits
+        drop_oldest = limits.queue_overflow == "drop-oldest"
+        for session in self.sessions.values():
+            outbound = session.outbound
+            outbound.max_messages = max(outbound.max_messages, limits.max_queued_messages)
+            outbound.max_bytes = max(outbound.max_bytes, limits.max_queued_bytes)
+            outbound.drop_oldest = drop_oldest
+        publisher = self.sys
+        if publisher.interval != config.sys.interval:
+            publisher.interval = config.sys.interval
+            publisher.next_at = publisher.last_at + config.sys.interval
+
+    def access_rules_changed(self) -> None:
+        """The hooks reloaded their access rules (SIGHUP): decide again whether deliveries
+        check READ access, which an ACL that appeared (or went) changes."""
+        self.dispatch.access_rules_changed()
+
     def restore(self, state: RestoredState, now: float) -> None:
         """Rebuild sessions, queues, in-flight state and retained messages from a store."""
         for restored in state.sessions:
@@ -387,6 +413,43 @@ class Broker:
     def count_bytes_sent(self, size: int) -> None:
         """Bytes written to a client socket (`$SYS/broker/bytes/sent`)."""
         self.sys.bytes_sent += size
+
+    # Admission (gateway/broker/net/listeners.py) refuses or delays before the broker sees a
+    # CONNECT; the counts are the broker's, for `$SYS` and the status page.
+
+    def count_refused_rate(self) -> None:
+        """A socket closed: its source connects too fast (limits.connection_rate)."""
+        self.counters.refused_rate += 1
+
+    def count_refused_source(self) -> None:
+        """A socket closed: too many connections from its source address."""
+        self.counters.refused_source += 1
+
+    def count_refused_pending(self) -> None:
+        """A socket or CONNECT closed: too many connections or password checks are waiting."""
+        self.counters.refused_pending += 1
+
+    def count_evicted_pending(self) -> int:
+        """The oldest connection of the busiest address was closed before its CONNECT to make
+        room for a newcomer; returns how many so far."""
+        self.counters.evicted_pending += 1
+        return self.counters.evicted_pending
+
+    def count_auth_delayed(self) -> None:
+        """A CONNECT held back after recent failed logins from its source."""
+        self.counters.auth_delayed += 1
+
+    def count_auth_failed(self) -> None:
+        """A CONNECT whose credentials were refused."""
+        self.counters.auth_failed += 1
+
+    def count_tls_failed(self) -> None:
+        """A TLS handshake that failed."""
+        self.counters.tls_failed += 1
+
+    def count_ws_refused(self) -> None:
+        """A WebSocket upgrade request refused."""
+        self.counters.ws_refused += 1
 
     def count_denied(self) -> None:
         """An access-control hook refused a publish, subscription or will."""

@@ -85,9 +85,14 @@ class Dispatcher:
         self.limits = limits
         self.counters = Counters()
         self.rejected = 0  # deliveries the last route() could not queue
-        # READ access is checked per delivery only when some hook restricts reading.
+        # READ access is checked per delivery only when some hook restricts reading;
+        # a reload of the hooks decides again (access_rules_changed).
         self.check_read = needs_read_check(hooks)
         self.flow = FlowControl(limits)
+
+    def access_rules_changed(self) -> None:
+        """Decide again whether READ access is checked per delivery (after a hook reload)."""
+        self.check_read = needs_read_check(self.hooks)
 
     # -- routing -----------------------------------------------------------------------
 

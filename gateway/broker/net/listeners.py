@@ -219,18 +219,18 @@ class Admission:
             entry = PendingConnection(source, abort)
             self.pending.setdefault(source, {})[entry] = None
             return entry
-        counters = self.server.broker.counters
+        broker = self.server.broker
         if reason == "pending_source":
-            counters.refused_pending += 1
+            broker.count_refused_pending()
             text = "has too many connections before CONNECT (limits.max_pending_per_source)"
         elif reason == "rate":
-            counters.refused_rate += 1
+            broker.count_refused_rate()
             text = "connects too fast (limits.connection_rate)"
         elif reason == "source":
-            counters.refused_source += 1
+            broker.count_refused_source()
             text = "has too many connections (limits.max_connections_per_source)"
         else:
-            counters.refused_pending += 1
+            broker.count_refused_pending()
             text = ("too many connections before CONNECT from all sources "
                     "(limits.max_pending_connections)")
         count = self._refused[reason] = self._refused.get(reason, 0) + 1
@@ -247,12 +247,10 @@ class Admission:
         victim = next(iter(self.pending[busiest]))
         self.settled(victim)
         victim.abort()
-        counters = self.server.broker.counters
-        counters.evicted_pending += 1
-        if worth_logging(counters.evicted_pending, _LOG_EVERY):
+        count = self.server.broker.count_evicted_pending()
+        if worth_logging(count, _LOG_EVERY):
             log.warning("closed a connection from %s before its CONNECT to make room for a new "
-                        "one (limits.max_pending_connections; %d closed so far)", busiest,
-                        counters.evicted_pending)
+                        "one (limits.max_pending_connections; %d closed so far)", busiest, count)
         return True
 
     def settled(self, entry: PendingConnection) -> None:
@@ -267,7 +265,7 @@ class Admission:
 
     def overflowed(self, protocol: ClientConnection) -> None:
         """More than `max_pending_bytes` arrived before a complete CONNECT: close the socket."""
-        self.server.broker.counters.refused_pending += 1
+        self.server.broker.count_refused_pending()
         count = self._refused["bytes"] = self._refused.get("bytes", 0) + 1
         if worth_logging(count, _LOG_EVERY):
             log.warning("closed a connection from %s: %d bytes before a complete CONNECT "
@@ -302,7 +300,7 @@ class Admission:
             self._judge(protocol, packet, source, now)
             return packet
         if delay > 0:
-            self.server.broker.counters.auth_delayed += 1
+            self.server.broker.count_auth_delayed()
             log.info("CONNECT from %s waits %.1f s (%d recent failed login(s) from there)",
                      source, delay, self.throttle.failures(source, now))
         protocol.conn.opened_at = math.inf  # the CONNECT came in time: the wait is ours
@@ -350,7 +348,7 @@ class Admission:
         waiting = sum(self.hashing.values())
         if waiting < MAX_HASHING and self.hashing.get(source, 0) < MAX_HASHING_PER_SOURCE:
             return True
-        self.server.broker.counters.refused_pending += 1
+        self.server.broker.count_refused_pending()
         count = self._refused["hashing"] = self._refused.get("hashing", 0) + 1
         if worth_logging(count, _LOG_EVERY):
             log.warning("closed a CONNECT from %s: %d password checks are already waiting "
@@ -372,7 +370,7 @@ class Admission:
         if security.authenticate(info, packet.password) == ReasonCode.SUCCESS:
             return
         failures = self.throttle.failed(source, now)
-        self.server.broker.counters.auth_failed += 1
+        self.server.broker.count_auth_failed()
         if worth_logging(failures, _LOG_EVERY):
             log.warning(
                 "failed login from %s on %s (user %s, client %s): %d failure(s) from there; "
@@ -432,7 +430,7 @@ class TLSAcceptor(asyncio.Protocol):
         exc = None if waiter.cancelled() else waiter.exception()
         if exc is None and not waiter.cancelled():
             return
-        self.server.broker.counters.tls_failed += 1
+        self.server.broker.count_tls_failed()
         assert self.admitted is not None
         log.info("TLS handshake with %s failed: %s", self.admitted.source, exc or "cancelled")
         self.server.admission.release(self.admitted)
@@ -525,7 +523,7 @@ class WebSocketConnection(asyncio.Protocol):
             elif isinstance(event, websocket.Reply):
                 transport.write(event.data)
             elif isinstance(event, websocket.Refused):
-                self.server.broker.counters.ws_refused += 1
+                self.server.broker.count_ws_refused()
                 log.info("WebSocket upgrade from %s refused: %d %s", self.inner.conn.peer,
                          event.status, event.reason)
                 transport.write(event.data)

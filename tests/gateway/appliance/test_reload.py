@@ -137,6 +137,32 @@ bind = "127.0.0.1:0"
         assert outpost.stop() == 0
 
 
+def test_acl_file_added_on_sighup_starts_checking_what_subscribers_receive(
+        tmp_path: Path) -> None:
+    """A listener without an ACL gains one: deliveries must start checking READ access.
+
+    The client may still publish everywhere (`write sensors/#`), so what it stops receiving is
+    held back by the READ check at delivery, not by the WRITE check of its own PUBLISH.
+    """
+    acl = tmp_path / "acl"
+    acl.write_text("topic write sensors/#\ntopic read sensors/public/#\n", encoding="utf-8")
+    listener = '[[listeners]]\nbind = "127.0.0.1:0"\n'
+    status = '\n[status]\nbind = "127.0.0.1:0"\n'
+    outpost = start_outpost(tmp_path, listener + status, listen=None)
+    try:
+        with RawClient(outpost.host, outpost.port) as client:
+            assert client.connect("ops-open") == CONNACK_OK
+            client.subscribe(("sensors/#", 0))
+            assert echo(client, "sensors/secret/a", b"1").topic == "sensors/secret/a"
+            outpost.write_config(listener + f'acl_file = "{acl}"\n' + status)
+            outpost.hup()
+            wait_until(lambda: "reload: done" in outpost.log(), what="reload")
+            client.publish("sensors/secret/b", b"2")  # allowed to write, not to read
+            assert echo(client, "sensors/public/c", b"3").topic == "sensors/public/c"
+    finally:
+        assert outpost.stop() == 0
+
+
 def test_device_map_reload_keeps_clients(tmp_path: Path) -> None:
     device = MovingDevice(units=(1, 2))
     port = device.start()

@@ -1,0 +1,64 @@
+"""A bridge point, from any kind of device: its value and quality, its name, how it is reported.
+
+Modbus devices (bridge/modbus/) and serial line devices (bridge/serial/) both produce points;
+bridge/report.py publishes them. The types and config fields they share live here, below all
+three, so none of them imports another for them.
+
+Pure: pydantic and the standard library.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Final, Literal
+
+from pydantic import AfterValidator, Field
+
+from gateway.base.settings import Section
+
+Value = bool | int | float | str | None
+Quality = Literal["good", "uncertain", "bad"]
+GOOD: Final = "good"
+UNCERTAIN: Final = "uncertain"
+BAD: Final = "bad"
+
+_NAME = re.compile(r"^[^/+#$\s][^/+#\s]{0,63}$")
+RESERVED_LEAVES = {"status", "diagnostics"}
+
+
+def check_name(value: str) -> str:
+    """A device or point name: one topic level, not a leaf the bridge publishes itself."""
+    if not _NAME.match(value):
+        raise ValueError("must be one topic level: 1-64 characters, no '/', '+', '#', "
+                         "spaces or leading '$'")
+    if value in RESERVED_LEAVES:
+        raise ValueError(f"{value!r} is reserved (<prefix>/<device>/{value} is published by "
+                         f"the bridge)")
+    return value
+
+
+Name = Annotated[str, AfterValidator(check_name)]
+Seconds = Annotated[float, Field(gt=0)]
+
+
+def check_unique(names: list[str], where: str, what: str) -> list[str]:
+    """`where.i: duplicate <what> 'x' (also where.j)` for every repeated name."""
+    seen: dict[str, int] = {}
+    problems = []
+    for i, name in enumerate(names):
+        if name in seen:
+            problems.append(f"{where}.{i}: duplicate {what} {name!r} (also {where}.{seen[name]})")
+        else:
+            seen[name] = i
+    return problems
+
+
+class ReportFields(Section):
+    """How a point is reported: every poll, or on change with a deadband and a heartbeat."""
+
+    unit: str | None = Field(default=None, description="engineering unit, e.g. kW")
+    report: Literal["poll", "change"] | None = Field(
+        default=None, description="default: the device's report (change when a deadband is set)")
+    deadband: Annotated[float, Field(ge=0)] | None = None
+    deadband_percent: Annotated[float, Field(ge=0, le=100)] | None = None
+    heartbeat: Seconds | None = Field(default=None, description="publish at least this often")
