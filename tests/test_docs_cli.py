@@ -25,7 +25,6 @@ import os
 import re
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -39,7 +38,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from tests.support.broker_proc import BrokerProcess, launch
+from tests.support.broker_proc import launch
 from tests.support.mosquitto import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +94,8 @@ class Run:
 
     `line` replaces the documented line when that one is a synopsis (`[--opt X]`, `a|b`);
     `gateway`: needs the running gateway; `prompts`: typed at the terminal, one per prompt;
-    `server`: the line runs until stopped; it must show `shows`, then exit 0 on SIGTERM.
+    `server`: the line runs until stopped: it must print its listening line, show `shows`,
+    then exit 0 on SIGTERM.
     """
 
     shows: str
@@ -320,15 +320,13 @@ SYNOPSES = [line for line, entries in COMMANDS.items()
 
 @dataclass
 class Machine:
-    """What the docs' names stand for here, and the gateway when one runs."""
+    """What the docs' names stand for on this machine."""
 
     root: Path
     etc: Path
     state: Path
     backups: Path
     bin: Path
-    status_port: int
-    gateway: BrokerProcess | None = None
 
     @property
     def config(self) -> Path:
@@ -369,7 +367,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Machine:
     root = tmp_path_factory.mktemp("docs-cli")
     etc, state, backups, bin_dir = (root / name for name in ("etc", "state", "backups", "bin"))
     shutil.copytree(ROOT / "docs" / "examples", etc)
-    (etc / "passwd").chmod(0o600)  # git does not keep the mode outpost passwd created
+    (etc / "passwd").unlink()  # the first `outpost passwd` line creates it, in table order
     for path in (state, backups, bin_dir):
         path.mkdir()
     (bin_dir / "outpost").write_text(f'#!/bin/sh\nexec {sys.executable} -m gateway "$@"\n',
@@ -383,7 +381,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Machine:
     (etc / "run.toml").write_text('gateway_id = "docs-run"\n\n[status]\nenabled = false\n',
                                   encoding="utf-8")  # the synopsis' run, beside the gateway
     (etc / "bad.toml").write_text('[limits]\nqueue_overflow = "drop-all"\n', encoding="utf-8")
-    return Machine(root, etc, state, backups, bin_dir, status_port)
+    return Machine(root, etc, state, backups, bin_dir)
 
 
 @pytest.fixture(scope="module")
@@ -393,12 +391,10 @@ def gateway(machine: Machine) -> Iterator[Machine]:
         [sys.executable, "-m", "gateway", "run", "--config", str(machine.config),
          "--listen", "127.0.0.1:0", "--state-dir", str(machine.state)],
         machine.root / "gateway.log", timeout=30)
-    machine.gateway = process
     try:
         store_examples(process.port)
         yield machine
     finally:
-        machine.gateway = None
         process.stop()
 
 
@@ -455,25 +451,6 @@ def run_on_a_terminal(line: str, machine: Machine, answers: tuple[str, ...]) -> 
         process.stdout.close()
 
 
-def run_as_server(line: str, machine: Machine, shows: str) -> tuple[int, str]:
-    """Start `line`, wait until its log shows `shows`, stop it with SIGTERM."""
-    log_path = machine.root / "server.log"
-    with log_path.open("w", encoding="utf-8") as log:
-        process = subprocess.Popen(["bash", "-c", f"exec {line}"], stdout=log, stderr=log,
-                                   cwd=machine.root, env=machine.env())
-    try:
-        deadline = time.monotonic() + 30
-        while not re.search(shows, log_path.read_text(encoding="utf-8")):
-            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.05)
-        process.send_signal(signal.SIGTERM)
-        return process.wait(30), log_path.read_text(encoding="utf-8")
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
 @pytest.mark.parametrize(("documented", "entry"), RUNS,
                          ids=[entry.line or line for line, entry in RUNS])
 def test_documented_command_runs(documented: str, entry: Run, machine: Machine,
@@ -482,7 +459,10 @@ def test_documented_command_runs(documented: str, entry: Run, machine: Machine,
         request.getfixturevalue("gateway")
     line = machine.local(entry.line or documented)
     if entry.server:
-        code, output = run_as_server(line, machine, entry.shows)
+        server, printed = launch(["bash", "-c", f"exec {line}"], machine.root / "server.log",
+                                 timeout=30, environ=machine.env())
+        code = server.stop()  # SIGTERM, as systemd stops it
+        output = "".join(printed) + server.log()
     elif entry.prompts:
         code, output = run_on_a_terminal(line, machine, entry.prompts)
     else:
@@ -491,22 +471,26 @@ def test_documented_command_runs(documented: str, entry: Run, machine: Machine,
         code, output = done.returncode, done.stdout + done.stderr
     assert code == entry.exit, f"{documented}\nran: {line}\nexit {code}\n{output}"
     assert re.search(entry.shows, output), f"{documented}\nran: {line}\n{output}"
-    check_effect(documented, machine)
+    check_password_file(documented, machine)
+    if "$(date +%F)" in documented:
+        assert (machine.backups / f"outpost-{date.today():%Y-%m-%d}.db").stat().st_size > 0
 
 
-def check_effect(documented: str, machine: Machine) -> None:
-    """What a command without output promises: the file it changes says so."""
-    users = dict(line.split(":", 1) for line in
-                 (machine.etc / "passwd").read_text(encoding="utf-8").splitlines() if line)
+def check_password_file(documented: str, machine: Machine) -> None:
+    """What `outpost passwd` promises, without output: the file says so."""
+    if "passwd" not in documented:
+        return
+    passwd = machine.etc / "passwd"
+    assert passwd.stat().st_mode & 0o777 == 0o600, "outpost passwd creates the file 0600"
+    users = dict(line.split(":", 1) for line in passwd.read_text(encoding="utf-8").splitlines()
+                 if line)
     if documented.startswith("outpost passwd -D"):
         assert "alice" not in users
     elif "passwd --iterations 100000" in documented:
         assert users["bob"].startswith("$7$100000$")
-    elif documented.startswith(("outpost passwd", "printf")):
+    else:
         user = "bob" if "USER" in documented else "alice"
         assert users[user].startswith("$7$210000$")
-    if "$(date +%F)" in documented:
-        assert (machine.backups / f"outpost-{date.today():%Y-%m-%d}.db").stat().st_size > 0
 
 
 @pytest.mark.parametrize("synopsis", SYNOPSES)
@@ -514,7 +498,7 @@ def test_synopsis_options_exist(synopsis: str, machine: Machine) -> None:
     """Each alternative's command words + --help: every --option the synopsis names is there."""
     for alternative in synopsis.split(" | "):
         words = alternative.split()
-        command = [w for w in words[:4] if re.fullmatch(r"[a-z_]+|-m|python", w)]
+        command = [w for w in words[:4] if re.fullmatch(r"-m|[a-z_][a-z_-]*", w)]
         done = subprocess.run(["bash", "-c", " ".join([*command, "--help"])], capture_output=True,
                               text=True, cwd=machine.root, env=machine.env(), timeout=60,
                               check=False)
