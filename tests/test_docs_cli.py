@@ -38,6 +38,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
+from gateway.broker.contracts.passwords import parse_password_text, verify
 from tests.support.broker_proc import launch
 from tests.support.mosquitto import free_port
 
@@ -471,26 +472,26 @@ def test_documented_command_runs(documented: str, entry: Run, machine: Machine,
         code, output = done.returncode, done.stdout + done.stderr
     assert code == entry.exit, f"{documented}\nran: {line}\nexit {code}\n{output}"
     assert re.search(entry.shows, output), f"{documented}\nran: {line}\n{output}"
-    check_password_file(documented, machine)
+    check_password_file(documented, entry, machine)
     if "$(date +%F)" in documented:
         assert (machine.backups / f"outpost-{date.today():%Y-%m-%d}.db").stat().st_size > 0
 
 
-def check_password_file(documented: str, machine: Machine) -> None:
-    """What `outpost passwd` promises, without output: the file says so."""
+def check_password_file(documented: str, entry: Run, machine: Machine) -> None:
+    """What `outpost passwd` promises, without output: the file (0600) has the user, hashed
+    with the documented iterations, and the password typed or piped verifies against it."""
     if "passwd" not in documented:
         return
     passwd = machine.etc / "passwd"
     assert passwd.stat().st_mode & 0o777 == 0o600, "outpost passwd creates the file 0600"
-    users = dict(line.split(":", 1) for line in passwd.read_text(encoding="utf-8").splitlines()
-                 if line)
+    users = parse_password_text(passwd.read_text(encoding="utf-8"))
     if documented.startswith("outpost passwd -D"):
         assert "alice" not in users
-    elif "passwd --iterations 100000" in documented:
-        assert users["bob"].startswith("$7$100000$")
-    else:
-        user = "bob" if "USER" in documented else "alice"
-        assert users[user].startswith("$7$210000$")
+        return
+    user = users["bob" if "USER" in documented else "alice"]
+    assert user.iterations == (100_000 if "--iterations 100000" in documented else 210_000)
+    typed = entry.prompts[0] if entry.prompts else machine.env()["PW"]
+    assert verify(user, typed.encode())
 
 
 @pytest.mark.parametrize("synopsis", SYNOPSES)
