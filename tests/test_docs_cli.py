@@ -11,12 +11,14 @@ machine has no sudo) and a trailing `# comment`.
 
 How the runnable ones run: through `bash -c`, as written, with an `outpost` (and `python`) on
 PATH that is this checkout. Only the placeholders the docs use are replaced: /etc/outpost/ by
-a copy of docs/examples/ with an outpost.toml, /var/lib/outpost and /var/backups/outpost by
-temporary directories, FILE, USER, DIR, HOST:PORT, CLIENT, FILTER and DEST of a synopsis by
-real values. A line that relies on a default location (`outpost status` reads
-/etc/outpost/outpost.toml, `outpost db` uses /var/lib/outpost) gets that location as an
-option. Commands that need a gateway run against a real `outpost run` on 127.0.0.1 with a
-retained message and a stored offline session; prompts are answered on a real pty.
+a copy of docs/examples/ with an outpost.toml (without the passwd file: the first
+`outpost passwd` line of the table creates it and the later ones change it, in table order),
+/var/lib/outpost and /var/backups/outpost by temporary directories, and FILE, USER, DIR,
+HOST:PORT, CLIENT, FILTER and DEST of a synopsis by real values. A line that relies on a
+default location (`outpost status` reads /etc/outpost/outpost.toml, `outpost db` uses
+/var/lib/outpost) gets that location as an option. Commands that need a gateway run against a
+real `outpost run` on 127.0.0.1 with a retained message and a stored offline session; prompts
+are answered on a real pty.
 """
 
 from __future__ import annotations
@@ -128,10 +130,11 @@ class NotRunnable:
 
 Entry = Run | RunElsewhere | Synopsis | NotRunnable
 
-NO_SYSTEMD = ("needs systemd as PID 1 and the installed unit; the test machine is a container "
-              "without it (the unit and its drop-ins are checked by tests/image)")
-BENCH = ("a benchmark: minutes of load, measured on purpose outside the test suite "
-         "(its code is tested in tests/bench)")
+NO_SYSTEMD = ("needs systemd as PID 1 and the installed unit; this machine is a container "
+              "without it (tests/image/test_nspawn.py runs the unit under systemd-nspawn where "
+              "that is available)")
+BENCH = ("a benchmark: minutes of load that yield figures, not a verdict; benchmarks run on "
+         "purpose outside the test suite")
 GETTING_STARTED = "tests/bridge/test_getting_started.py::test_getting_started_page_end_to_end"
 STATE = "--state-dir DIR"
 
@@ -153,16 +156,16 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         Run(r"(?m)^outpost \S+ \(outpost [0-9.]+\)\n  uptime ", gateway=True),
     ),
     "outpost passwd FILE USER": (
-        Run(r"", prompts=("bob-secret", "bob-secret")),
+        Run(r"added user 'bob'", prompts=("bob-secret", "bob-secret")),
     ),
     "outpost db stats|sessions|queue CLIENT|retained [FILTER]|check|vacuum|backup DEST": (
         Run(r"file_bytes\s+\d+", gateway=True, line=f"outpost db stats {STATE}"),
         Run(r"sleeper", gateway=True, line=f"outpost db sessions {STATE}"),
         Run(r"docs/queued", gateway=True, line=f"outpost db queue {STATE} CLIENT"),
         Run(r"docs/retained", gateway=True, line=f"outpost db retained {STATE} FILTER"),
-        Run(r"ok", gateway=True, line=f"outpost db check {STATE}"),
+        Run(r"^ok\n$", gateway=True, line=f"outpost db check {STATE}"),
         Run(r"is locked: .*stop the broker first", exit=1, gateway=True,
-            line=f"outpost db vacuum {STATE}"),  # refused while it runs, as documented,
+            line=f"outpost db vacuum {STATE}"),  # refused while it runs, as documented
         Run(r"quick_check\s+ok", gateway=True, line=f"outpost db backup {STATE} DEST"),
     ),
     "outpost modbus plan CONFIG | outpost modbus probe ...": (Synopsis(),),
@@ -264,14 +267,18 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
     "outpost db backup /var/backups/outpost/before-restore.db": (
         Run(r"backed up \S+/outpost\.db to \S+/before-restore\.db", gateway=True),
     ),
-    "outpost db check --state-dir /var/lib/outpost": (Run(r"ok", gateway=True),),
+    "outpost db check --state-dir /var/lib/outpost": (Run(r"^ok\n$", gateway=True),),
     # docs/security.md
     "outpost passwd /etc/outpost/passwd alice": (
-        Run(r"", prompts=("alice-secret", "alice-secret")),
+        Run(r"added user 'alice'", prompts=("alice-secret", "alice-secret")),
     ),
-    "printf '%s\\n' \"$PW\" | outpost passwd --stdin /etc/outpost/passwd alice": (Run(r""),),
-    "outpost passwd -D /etc/outpost/passwd alice": (Run(r""),),
-    "outpost passwd --iterations 100000 FILE USER": (Run(r"", prompts=("bob-2", "bob-2")),),
+    "printf '%s\\n' \"$PW\" | outpost passwd --stdin /etc/outpost/passwd alice": (
+        Run(r"updated user 'alice'"),
+    ),
+    "outpost passwd -D /etc/outpost/passwd alice": (Run(r"deleted user 'alice'"),),
+    "outpost passwd --iterations 100000 FILE USER": (
+        Run(r"updated user 'bob'", prompts=("bob-2", "bob-2")),
+    ),
     # docs/storage.md
     **{line: (NotRunnable(BENCH),) for line in (
         ".venv/bin/python -m bench.storage.throughput --window 2000",
