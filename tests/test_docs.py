@@ -200,13 +200,15 @@ def etc(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A stand-in for /etc/outpost/: docs/examples/ and a test PKI under the examples' names."""
     root = tmp_path_factory.mktemp("etc-outpost")
     shutil.copytree(EXAMPLES, root, dirs_exist_ok=True)
-    (root / "passwd").chmod(0o600)  # git does not keep the mode outpost passwd created
+    for secret in ("passwd", "status.passwd", "uplink-password"):
+        (root / secret).chmod(0o600)  # git does not keep the mode these files are made with
     pki = make_pki(root / "pki", clients=("alice",))
     alice_cert, alice_key = pki.clients["alice"]
     (root / "tls").mkdir()
     for name, source in {"tls/server.pem": pki.server_cert, "tls/server.key": pki.server_key,
                          "tls/clients-ca.pem": pki.ca, "ca.pem": pki.ca,
-                         "client.pem": alice_cert, "client.key": alice_key}.items():
+                         "client.pem": alice_cert, "client.key": alice_key,
+                         "status.crt": pki.server_cert, "status.key": pki.server_key}.items():
         shutil.copy(source, root / name)
     return root
 

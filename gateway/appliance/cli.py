@@ -101,9 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "then check the copy"),
     ):
         cmd = db_sub.add_parser(name, help=text)
-        cmd.add_argument("--state-dir", type=Path, help="default: [storage] state_dir, "
-                         "else /var/lib/outpost")
-        cmd.add_argument("--config", type=Path, help="TOML configuration file")
+        cmd.add_argument("--state-dir", type=Path, help="default: [storage] state_dir of the "
+                         "configuration, else /var/lib/outpost")
+        cmd.add_argument("--config", type=Path,
+                         help=f"TOML configuration file (default: {DEFAULT_CONFIG} if present)")
         if name == "queue":
             cmd.add_argument("client_id")
             cmd.add_argument("--limit", type=int, default=100)
@@ -161,8 +162,7 @@ def cmd_update(args: argparse.Namespace) -> int:
         if args.update_command == "status":
             print(update.format_status(update.read_status(device), as_json=args.json))
             return 0
-        path = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
-        config = load_config(path)
+        config = load_config(config_path(args.config))
         good = update.health_check(config, args.state_dir, device, args.deadline, say,
                                    reboot=not args.no_reboot)
         return 0 if good else 1
@@ -207,6 +207,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run(config, args.state_dir, reload_config if args.config is not None else None)
 
 
+def config_path(given: Path | None) -> Path | None:
+    """The file a command reads: `--config`, else the device's own file when it exists
+    (None: the embedded defaults)."""
+    if given is not None:
+        return given
+    return DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None
+
+
 def cmd_db(args: argparse.Namespace) -> int:
     """`outpost db stats|sessions|queue|retained|check|vacuum|backup`: thin calls into storage."""
     from storage.sqlite.cli import run as run_db_command
@@ -214,7 +222,7 @@ def cmd_db(args: argparse.Namespace) -> int:
     state_dir = args.state_dir
     if state_dir is None:
         try:
-            config = load_config(args.config)
+            config = load_config(config_path(args.config))
         except ConfigError as exc:
             _print_config_errors(exc)
             return 2
@@ -231,9 +239,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     url = args.url
     if url is None:
-        path = args.config
-        if path is None and DEFAULT_CONFIG.exists():
-            path = DEFAULT_CONFIG
+        path = config_path(args.config)
         try:
             status_config = load_config(path).status
         except ConfigError as exc:
