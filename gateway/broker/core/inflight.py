@@ -14,13 +14,17 @@ counted in `spilled`; when the in-memory queue runs dry, `refill` pulls the next
 store in `store_seq` order. Everything spilled is newer than everything in memory, so order
 holds; a QoS 0 message (never stored) arriving while deliveries are spilled is dropped and counted.
 
+Memory: an idle client's session is mostly an empty `Outbound`, so the queue (a deque costs
+about 760 bytes even when empty) is only allocated when the first delivery is queued; until then
+`queue` reads as an empty tuple.
+
 Pure and synchronous.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from gateway.broker.core.message import Message
@@ -47,11 +51,25 @@ PageLoader = Callable[[int, int], list[Delivery]]
 class Outbound:
     """In-flight window and queue of one session."""
 
+    __slots__ = (
+        "_next_id",
+        "_queue",
+        "drop_oldest",
+        "inflight",
+        "last_seq",
+        "max_bytes",
+        "max_messages",
+        "page",
+        "queued_bytes",
+        "spilled",
+        "spilled_bytes",
+    )
+
     def __init__(
         self, max_messages: int, max_bytes: int, drop_oldest: bool, page: int = 1000
     ) -> None:
         self.inflight: dict[int, Delivery] = {}
-        self.queue: deque[Delivery] = deque()
+        self._queue: deque[Delivery] | None = None  # allocated by the first queued delivery
         self.queued_bytes = 0
         self.max_messages = max_messages
         self.max_bytes = max_bytes
@@ -61,6 +79,16 @@ class Outbound:
         self.spilled_bytes = 0
         self.last_seq = 0  # highest store_seq that has been in memory
         self._next_id = 1
+
+    @property
+    def queue(self) -> Sequence[Delivery]:
+        """The queued deliveries in memory, oldest first (read only: use the methods)."""
+        return self._queue if self._queue is not None else ()
+
+    def _allocated(self) -> deque[Delivery]:
+        if self._queue is None:
+            self._queue = deque()
+        return self._queue
 
     def __len__(self) -> int:
         """Queued deliveries, in memory and spilled."""
@@ -88,7 +116,7 @@ class Outbound:
                 self.refill(loader)
             if not self.queue:
                 return [delivery]
-            oldest = self.queue.popleft()
+            oldest = self._allocated().popleft()
             self.queued_bytes -= oldest.message.size
             dropped.append(oldest)
         if loader is not None and delivery.store_seq and (
@@ -97,7 +125,7 @@ class Outbound:
             self.spilled += 1
             self.spilled_bytes += size
             return dropped
-        self.queue.append(delivery)
+        self._allocated().append(delivery)
         self.queued_bytes += size
         self.last_seq = max(self.last_seq, delivery.store_seq)
         return dropped
@@ -111,23 +139,28 @@ class Outbound:
             self.spilled = self.spilled_bytes = 0  # the store has nothing more
             return
         for delivery in page:
-            self.queue.append(delivery)
+            self._allocated().append(delivery)
             self.queued_bytes += delivery.message.size
             self.spilled_bytes -= delivery.message.size
         self.spilled = max(0, self.spilled - len(page))
         self.spilled_bytes = max(0, self.spilled_bytes) if self.spilled else 0
         self.last_seq = page[-1].store_seq
 
+    def restore_queued(self, delivery: Delivery) -> None:
+        """Append a delivery read back from a store (no limits: it was accepted before)."""
+        self._allocated().append(delivery)
+        self.queued_bytes += delivery.message.size
+
     def requeue_front(self, delivery: Delivery) -> None:
         """Put a delivery back at the head (a QoS 0 that could not be written)."""
-        self.queue.appendleft(delivery)
+        self._allocated().appendleft(delivery)
         self.queued_bytes += delivery.message.size
 
     def pop(self) -> Delivery | None:
         """Take the oldest queued delivery."""
         if not self.queue:
             return None
-        delivery = self.queue.popleft()
+        delivery = self._allocated().popleft()
         self.queued_bytes -= delivery.message.size
         return delivery
 
@@ -176,6 +209,6 @@ class Outbound:
     def clear(self) -> None:
         """Forget everything (clean start)."""
         self.inflight.clear()
-        self.queue.clear()
+        self._queue = None
         self.queued_bytes = 0
         self.spilled = self.spilled_bytes = 0

@@ -67,6 +67,13 @@ _UNSUPPORTED_VERSION_CONNACK = b"\x20\x02\x00\x01"  # 3.1.1 CONNACK, return code
 class MQTTConnection(listeners.ClientConnection):
     """One client socket."""
 
+    # One per client, so no per-instance __dict__ (memory per idle client); the rest of the
+    # attributes are slots of ClientConnection.
+    __slots__ = (
+        "buffer", "forgotten", "held", "in_commit", "linger", "out", "out_bytes", "parked",
+        "paused", "read_bytes", "refused", "server", "throttled",
+    )
+
     def __init__(self, server: Server, listener: ListenerConfig, label: str | None = None
                  ) -> None:
         self.server = server
