@@ -8,23 +8,31 @@ skipped and removed as they are met. Filters starting with a wildcard skip `$` t
 
 Bounded: `count` and `bytes` (topic + payload) are kept up to date, and `has_room` tells the
 broker whether storing a message would take them past `max_messages` / `max_bytes` (replacing a
-topic's message only counts the difference; deleting always fits).
+topic's message only counts the difference; deleting always fits). While a message would fit
+even on a new topic, `has_room` answers without walking the trie.
+
+Memory: there is a node per topic level, and most nodes are leaves (one per retained topic), so
+a node's children dict only exists once it has a child.
 
 Pure and synchronous: no I/O, no clock (callers pass `now`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
 from gateway.broker.core.message import Message
 
 
 @dataclass(slots=True)
 class _Node:
-    children: dict[str, _Node] = field(default_factory=dict)
+    children: dict[str, _Node] | None = None  # None: a leaf
     message: Message | None = None
+
+
+_LEAF: Mapping[str, _Node] = MappingProxyType({})  # the children of a node that has none
 
 
 class RetainedStore:
@@ -39,8 +47,11 @@ class RetainedStore:
 
     def has_room(self, message: Message) -> bool:
         """Whether storing `message` keeps the store within its limits."""
-        if not message.payload or not (self.max_messages or self.max_bytes):
-            return True
+        if not message.payload or (
+            (not self.max_messages or self.count < self.max_messages)
+            and (not self.max_bytes or self.bytes + message.size <= self.max_bytes)
+        ):
+            return True  # fits even as a new topic
         existing = self.get(message.topic)
         count = self.count + (existing is None)
         size = self.bytes + message.size - (existing.size if existing is not None else 0)
@@ -55,9 +66,12 @@ class RetainedStore:
             return self._delete(levels)
         node = self._root
         for level in levels:
-            child = node.children.get(level)
+            children = node.children
+            if children is None:
+                children = node.children = {}
+            child = children.get(level)
             if child is None:
-                child = node.children[level] = _Node()
+                child = children[level] = _Node()
             node = child
         if node.message is None:
             self.count += 1
@@ -71,7 +85,7 @@ class RetainedStore:
         """The retained message of exactly `topic`."""
         node = self._root
         for level in topic.split("/"):
-            child = node.children.get(level)
+            child = node.children.get(level) if node.children is not None else None
             if child is None:
                 return None
             node = child
@@ -80,7 +94,8 @@ class RetainedStore:
     def _delete(self, levels: list[str]) -> bool:
         path = [self._root]
         for level in levels:
-            child = path[-1].children.get(level)
+            children = path[-1].children
+            child = children.get(level) if children is not None else None
             if child is None:
                 return False
             path.append(child)
@@ -93,7 +108,11 @@ class RetainedStore:
             node = path[depth]
             if node.children or node.message is not None:
                 break
-            del path[depth - 1].children[levels[depth - 1]]
+            parent = path[depth - 1].children
+            assert parent is not None  # it holds `node`
+            del parent[levels[depth - 1]]
+            if not parent:
+                path[depth - 1].children = None
         return True
 
     def match(self, topic_filter: str, now: float) -> list[Message]:
@@ -114,22 +133,23 @@ class RetainedStore:
                 found.append(node.message)
             return
         level = levels[depth]
+        children = node.children if node.children is not None else _LEAF
         if level == "#":
             # "a/#" matches "a" itself, then everything below it.
             if node.message is not None and depth > 0:
                 found.append(node.message)
-            for name, child in node.children.items():
+            for name, child in children.items():
                 if depth == 0 and name.startswith("$"):
                     continue
                 self._collect(child, found)
             return
         if level == "+":
-            for name, child in node.children.items():
+            for name, child in children.items():
                 if depth == 0 and name.startswith("$"):
                     continue
                 self._walk(child, levels, depth + 1, found)
             return
-        literal = node.children.get(level)
+        literal = children.get(level)
         if literal is not None:
             self._walk(literal, levels, depth + 1, found)
 
@@ -139,7 +159,8 @@ class RetainedStore:
             current = stack.pop()
             if current.message is not None:
                 found.append(current.message)
-            stack.extend(current.children.values())
+            if current.children is not None:
+                stack.extend(current.children.values())
 
     def __iter__(self) -> Iterator[Message]:
         found: list[Message] = []
