@@ -61,10 +61,11 @@ class Message:
         """Reuse the publisher's exact bytes as the QoS 0 encoding for `versions`."""
         first = raw[0] & 0xF0  # QoS 0, no DUP, no RETAIN: rewritten per delivery anyway
         data = bytes((first,)) + raw[1:] if first != raw[0] else raw
-        if MQTT_5 in versions:
-            self._shape_cache()[(MQTT_5, False, (), self.remaining_expiry(None))] = (data, 0)
-        if any(version != MQTT_5 for version in versions):
-            self._v3_qos0 = data
+        for version in versions:
+            if version == MQTT_5:
+                self._shape_cache()[(MQTT_5, False, (), self.remaining_expiry(None))] = (data, 0)
+            else:
+                self._v3_qos0 = data
 
     def _shape_cache(self) -> dict[_ShapeKey, tuple[bytes, int]]:
         if self._shapes is None:

@@ -69,7 +69,13 @@ class RetainedStore:
             return self._delete(levels)
         node = self._root
         for level in levels[:-1]:
-            node = self._child_node(node, level)
+            children = node.children
+            if children is None:
+                children = node.children = {}
+            entry = children.get(level)
+            if not isinstance(entry, _Node):  # none yet, or a leaf message: now a node
+                entry = children[level] = _Node(message=entry)
+            node = entry
         children = node.children
         if children is None:
             children = node.children = {}
@@ -86,18 +92,6 @@ class RetainedStore:
             self.bytes -= old.size
         self.bytes += message.size
         return True
-
-    @staticmethod
-    def _child_node(node: _Node, level: str) -> _Node:
-        """The node of `level` below `node`: created, or made from a leaf message, if needed."""
-        children = node.children
-        if children is None:
-            children = node.children = {}
-        entry = children.get(level)
-        if isinstance(entry, _Node):
-            return entry
-        child = children[level] = _Node(message=entry)
-        return child
 
     def get(self, topic: str) -> Message | None:
         """The retained message of exactly `topic`."""
