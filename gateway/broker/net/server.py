@@ -114,7 +114,7 @@ class MQTTConnection(listeners.ClientConnection):
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else (
             str(peer) or listeners.UNIX_SOURCE)
         self.conn = self.server.broker.open_connection(
-            self, self.label, peer_text, self.listener.anonymous_allowed,
+            self, self.label, peer_text, self.server.anonymous_allowed(self.listener),
             self.server.loop.time(),
         )
 
@@ -372,6 +372,15 @@ class Server:
         self._waiting: set[MQTTConnection] = set()
         self._commit_task: asyncio.Task[None] | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
+        self._anonymous: dict[int, tuple[ListenerConfig, bool]] = {}  # by id(listener)
+
+    def anonymous_allowed(self, listener: ListenerConfig) -> bool:
+        """`listener.anonymous_allowed`, worked out once per listener: it parses the bind
+        address, which is too slow to repeat for every accepted connection."""
+        cached = self._anonymous.get(id(listener))
+        if cached is None or cached[0] is not listener:
+            cached = self._anonymous[id(listener)] = (listener, listener.anonymous_allowed)
+        return cached[1]
 
     def new_protocol(self, listener: ListenerConfig, label: str) -> MQTTConnection:
         """A connection protocol for `listener` (used by the listener factories)."""
