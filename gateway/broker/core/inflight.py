@@ -20,13 +20,17 @@ Every queue of the broker also shares one `QueueBudget` (bytes in memory, all se
 it, a stored delivery of a persistent session is spilled even within its page, and otherwise
 the session's overflow policy applies (its oldest queued messages go, or the new one).
 
+Memory: an idle client's session is mostly an empty `Outbound`, so the queue (a deque costs
+about 760 bytes even when empty) is only allocated when the first delivery is queued; until then
+`queue` reads as an empty tuple.
+
 Pure and synchronous.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from gateway.broker.core.message import Message
@@ -67,12 +71,27 @@ class QueueBudget:
 class Outbound:
     """In-flight window and queue of one session."""
 
+    __slots__ = (
+        "_next_id",
+        "_queue",
+        "_queued_bytes",
+        "budget",
+        "drop_oldest",
+        "inflight",
+        "last_seq",
+        "max_bytes",
+        "max_messages",
+        "page",
+        "spilled",
+        "spilled_bytes",
+    )
+
     def __init__(
         self, max_messages: int, max_bytes: int, drop_oldest: bool, page: int = 1000,
         budget: QueueBudget | None = None,
     ) -> None:
         self.inflight: dict[int, Delivery] = {}
-        self.queue: deque[Delivery] = deque()
+        self._queue: deque[Delivery] | None = None  # allocated by the first queued delivery
         self.budget = budget
         self._queued_bytes = 0
         self.max_messages = max_messages
@@ -83,6 +102,16 @@ class Outbound:
         self.spilled_bytes = 0
         self.last_seq = 0  # highest store_seq that has been in memory
         self._next_id = 1
+
+    @property
+    def queue(self) -> Sequence[Delivery]:
+        """The queued deliveries in memory, oldest first (read only: use the methods)."""
+        return self._queue if self._queue is not None else ()
+
+    def _allocated(self) -> deque[Delivery]:
+        if self._queue is None:
+            self._queue = deque()
+        return self._queue
 
     def __len__(self) -> int:
         """Queued deliveries, in memory and spilled."""
@@ -121,7 +150,7 @@ class Outbound:
                 self.refill(loader)
             if not self.queue:
                 return [delivery]
-            oldest = self.queue.popleft()
+            oldest = self._allocated().popleft()
             self.queued_bytes -= oldest.message.queued_cost
             dropped.append(oldest)
         budget = self.budget
@@ -135,12 +164,12 @@ class Outbound:
         if budget is not None and budget.full(size):
             # the process-wide budget: this session's overflow policy, on its own queue
             while self.drop_oldest and self.queue and budget.full(size):
-                oldest = self.queue.popleft()
+                oldest = self._allocated().popleft()
                 self.queued_bytes -= oldest.message.queued_cost
                 dropped.append(oldest)
             if budget.full(size):
                 return [*dropped, delivery]
-        self.queue.append(delivery)
+        self._allocated().append(delivery)
         self.queued_bytes += size
         self.last_seq = max(self.last_seq, delivery.store_seq)
         return dropped
@@ -154,23 +183,28 @@ class Outbound:
             self.spilled = self.spilled_bytes = 0  # the store has nothing more
             return
         for delivery in page:
-            self.queue.append(delivery)
+            self._allocated().append(delivery)
             self.queued_bytes += delivery.message.queued_cost
             self.spilled_bytes -= delivery.message.queued_cost
         self.spilled = max(0, self.spilled - len(page))
         self.spilled_bytes = max(0, self.spilled_bytes) if self.spilled else 0
         self.last_seq = page[-1].store_seq
 
+    def restore_queued(self, delivery: Delivery) -> None:
+        """Append a delivery read back from a store (no limits: it was accepted before)."""
+        self._allocated().append(delivery)
+        self.queued_bytes += delivery.message.queued_cost
+
     def requeue_front(self, delivery: Delivery) -> None:
         """Put a delivery back at the head (a QoS 0 that could not be written)."""
-        self.queue.appendleft(delivery)
+        self._allocated().appendleft(delivery)
         self.queued_bytes += delivery.message.queued_cost
 
     def pop(self) -> Delivery | None:
         """Take the oldest queued delivery."""
         if not self.queue:
             return None
-        delivery = self.queue.popleft()
+        delivery = self._allocated().popleft()
         self.queued_bytes -= delivery.message.queued_cost
         return delivery
 
@@ -219,6 +253,6 @@ class Outbound:
     def clear(self) -> None:
         """Forget everything (clean start)."""
         self.inflight.clear()
-        self.queue.clear()
+        self._queue = None
         self.queued_bytes = 0
         self.spilled = self.spilled_bytes = 0

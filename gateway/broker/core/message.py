@@ -8,6 +8,10 @@ the first byte (DUP / QoS / RETAIN flags) and the two packet-identifier bytes. A
 from a 3.1.x publisher is seeded with the publisher's own bytes, so forwarding it to 3.1.x
 subscribers encodes nothing at all.
 
+Memory: a message often waits long (a retained message, a queue for an offline client), so the
+commonest shape, QoS 0 for 3.1.x subscribers (the same bytes for 3.1 and 3.1.1), has a slot of
+its own, and the dict of the other shapes only exists once one of them has been encoded.
+
 Times are the broker's monotonic clock; `expires_at` is None for messages that never expire.
 """
 
@@ -46,7 +50,8 @@ class Message:
     expires_at: float | None = None
     origin: str | None = None
     store_id: int = 0  # set by a durable store: the stored body shared by its deliveries
-    _shapes: dict[_ShapeKey, tuple[bytes, int]] = field(default_factory=dict, repr=False)
+    _v3_qos0: bytes | None = field(default=None, repr=False)  # flags cleared
+    _shapes: dict[_ShapeKey, tuple[bytes, int]] | None = field(default=None, repr=False)
 
     @property
     def size(self) -> int:
@@ -66,9 +71,16 @@ class Message:
         """Reuse the publisher's exact bytes as the QoS 0 encoding for `versions`."""
         first = raw[0] & 0xF0  # QoS 0, no DUP, no RETAIN: rewritten per delivery anyway
         data = bytes((first,)) + raw[1:] if first != raw[0] else raw
-        remaining = self.remaining_expiry(None)
         for version in versions:
-            self._shapes[(version, False, (), remaining)] = (data, 0)
+            if version == MQTT_5:
+                self._shape_cache()[(MQTT_5, False, (), self.remaining_expiry(None))] = (data, 0)
+            else:
+                self._v3_qos0 = data
+
+    def _shape_cache(self) -> dict[_ShapeKey, tuple[bytes, int]]:
+        if self._shapes is None:
+            self._shapes = {}
+        return self._shapes
 
     def remaining_expiry(self, now: float | None) -> int | None:
         """Whole seconds of message expiry left (the value forwarded to subscribers)."""
@@ -90,18 +102,24 @@ class Message:
         dup: bool = False,
     ) -> bytes:
         """The PUBLISH bytes for one subscriber, sharing the encoding per shape."""
+        first = 0x30 | (qos << 1) | (0x08 if dup else 0) | (0x01 if retain else 0)
         if version != MQTT_5:
+            if qos == 0:
+                data = self._v3_qos0
+                if data is None:
+                    data = self._v3_qos0 = self._encode_shape(version, False, (), None)[0]
+                return data if data[0] == first else bytes((first,)) + data[1:]
             subscription_ids = ()
             remaining = None
         else:
             remaining = self.remaining_expiry(now)
         key = (version, qos > 0, subscription_ids, remaining)
-        shape = self._shapes.get(key)
+        shapes = self._shape_cache()
+        shape = shapes.get(key)
         if shape is None:
             shape = self._encode_shape(version, qos > 0, subscription_ids, remaining)
-            self._shapes[key] = shape
+            shapes[key] = shape
         data, pid_offset = shape
-        first = 0x30 | (qos << 1) | (0x08 if dup else 0) | (0x01 if retain else 0)
         if qos == 0:
             if data[0] == first:
                 return data

@@ -8,23 +8,34 @@ skipped and removed as they are met. Filters starting with a wildcard skip `$` t
 
 Bounded: `count` and `bytes` (topic + payload) are kept up to date, and `has_room` tells the
 broker whether storing a message would take them past `max_messages` / `max_bytes` (replacing a
-topic's message only counts the difference; deleting always fits).
+topic's message only counts the difference; deleting always fits). While a message would fit
+even on a new topic, `has_room` answers without walking the trie.
+
+Memory: most topics have nothing retained below them, so such a topic's last level holds its
+`Message` directly instead of a node, and a node's children dict only exists once it has a
+child.
 
 Pure and synchronous: no I/O, no clock (callers pass `now`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
 from gateway.broker.core.message import Message
 
 
 @dataclass(slots=True)
 class _Node:
-    children: dict[str, _Node] = field(default_factory=dict)
+    children: dict[str, _Node | Message] | None = None  # None: nothing below
     message: Message | None = None
+
+
+# A child is a `_Node`, or just the `Message` when nothing is retained below its topic.
+_Entry = _Node | Message
+_LEAF: Mapping[str, _Entry] = MappingProxyType({})  # the children of a node that has none
 
 
 class RetainedStore:
@@ -39,8 +50,11 @@ class RetainedStore:
 
     def has_room(self, message: Message) -> bool:
         """Whether storing `message` keeps the store within its limits."""
-        if not message.payload or not (self.max_messages or self.max_bytes):
-            return True
+        if not message.payload or (
+            (not self.max_messages or self.count < self.max_messages)
+            and (not self.max_bytes or self.bytes + message.size <= self.max_bytes)
+        ):
+            return True  # fits even as a new topic
         existing = self.get(message.topic)
         count = self.count + (existing is None)
         size = self.bytes + message.size - (existing.size if existing is not None else 0)
@@ -54,46 +68,75 @@ class RetainedStore:
         if not message.payload:
             return self._delete(levels)
         node = self._root
-        for level in levels:
-            child = node.children.get(level)
-            if child is None:
-                child = node.children[level] = _Node()
-            node = child
-        if node.message is None:
+        for level in levels[:-1]:
+            children = node.children
+            if children is None:
+                children = node.children = {}
+            entry = children.get(level)
+            if not isinstance(entry, _Node):  # none yet, or a leaf message: now a node
+                entry = children[level] = _Node(message=entry)
+            node = entry
+        children = node.children
+        if children is None:
+            children = node.children = {}
+        entry = children.get(levels[-1])
+        if isinstance(entry, _Node):
+            old = entry.message
+            entry.message = message
+        else:
+            old = entry
+            children[levels[-1]] = message
+        if old is None:
             self.count += 1
         else:
-            self.bytes -= node.message.size
+            self.bytes -= old.size
         self.bytes += message.size
-        node.message = message
         return True
 
     def get(self, topic: str) -> Message | None:
         """The retained message of exactly `topic`."""
-        node = self._root
+        entry: _Entry | None = self._root
         for level in topic.split("/"):
-            child = node.children.get(level)
-            if child is None:
+            if not isinstance(entry, _Node) or entry.children is None:
                 return None
-            node = child
-        return node.message
+            entry = entry.children.get(level)
+        return entry.message if isinstance(entry, _Node) else entry
 
     def _delete(self, levels: list[str]) -> bool:
-        path = [self._root]
-        for level in levels:
-            child = path[-1].children.get(level)
-            if child is None:
+        path = [self._root]  # path[d] is the node of levels[d - 1]
+        for level in levels[:-1]:
+            children = path[-1].children
+            entry = children.get(level) if children is not None else None
+            if not isinstance(entry, _Node):
                 return False
-            path.append(child)
-        if path[-1].message is None:
+            path.append(entry)
+        children = path[-1].children
+        entry = children.get(levels[-1]) if children is not None else None
+        if entry is None or children is None:
             return False
-        self.bytes -= path[-1].message.size
-        path[-1].message = None
+        if isinstance(entry, _Node):
+            old = entry.message
+            if old is None:
+                return False
+            entry.message = None
+            if not entry.children:
+                del children[levels[-1]]
+        else:
+            old = entry
+            del children[levels[-1]]
+        if not children:
+            path[-1].children = None
+        self.bytes -= old.size
         self.count -= 1
-        for depth in range(len(levels), 0, -1):
+        for depth in range(len(path) - 1, 0, -1):
             node = path[depth]
             if node.children or node.message is not None:
                 break
-            del path[depth - 1].children[levels[depth - 1]]
+            parent = path[depth - 1].children
+            assert parent is not None  # it holds `node`
+            del parent[levels[depth - 1]]
+            if not parent:
+                path[depth - 1].children = None
         return True
 
     def match(self, topic_filter: str, now: float) -> list[Message]:
@@ -108,38 +151,48 @@ class RetainedStore:
                     self._delete(message.topic.split("/"))
         return live
 
-    def _walk(self, node: _Node, levels: list[str], depth: int, found: list[Message]) -> None:
+    def _walk(self, node: _Entry, levels: list[str], depth: int, found: list[Message]) -> None:
         if depth == len(levels):
-            if node.message is not None:
-                found.append(node.message)
+            message = node.message if isinstance(node, _Node) else node
+            if message is not None:
+                found.append(message)
             return
         level = levels[depth]
+        if not isinstance(node, _Node):  # a leaf message: "a/#" matches "a" itself
+            if level == "#":
+                found.append(node)
+            return
+        children = node.children if node.children is not None else _LEAF
         if level == "#":
             # "a/#" matches "a" itself, then everything below it.
             if node.message is not None and depth > 0:
                 found.append(node.message)
-            for name, child in node.children.items():
+            for name, child in children.items():
                 if depth == 0 and name.startswith("$"):
                     continue
                 self._collect(child, found)
             return
         if level == "+":
-            for name, child in node.children.items():
+            for name, child in children.items():
                 if depth == 0 and name.startswith("$"):
                     continue
                 self._walk(child, levels, depth + 1, found)
             return
-        literal = node.children.get(level)
+        literal = children.get(level)
         if literal is not None:
             self._walk(literal, levels, depth + 1, found)
 
-    def _collect(self, node: _Node, found: list[Message]) -> None:
-        stack = [node]
+    def _collect(self, entry: _Entry, found: list[Message]) -> None:
+        stack = [entry]
         while stack:
             current = stack.pop()
+            if not isinstance(current, _Node):
+                found.append(current)
+                continue
             if current.message is not None:
                 found.append(current.message)
-            stack.extend(current.children.values())
+            if current.children is not None:
+                stack.extend(current.children.values())
 
     def __iter__(self) -> Iterator[Message]:
         found: list[Message] = []

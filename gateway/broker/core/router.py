@@ -15,6 +15,7 @@ Pure and synchronous: no I/O, no clock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 MATCH_CACHE_SIZE = 4096
@@ -79,7 +80,9 @@ class _Node:
         return not (self.children or self.subscribers or self.shared)
 
 
-Match = tuple[list[Target], list[SharedGroup]]
+Match = tuple[Sequence[Target], Sequence[SharedGroup]]
+# What a topic nobody subscribes to matches: shared, so caching it costs no allocation.
+_NO_MATCH: Match = ((), ())
 
 
 class SubscriptionTable:
@@ -142,6 +145,8 @@ class SubscriptionTable:
 
     def match(self, topic: str) -> Match:
         """Every plain subscription and shared group whose filter matches `topic`."""
+        if not self._root.children:  # no subscriptions at all (a retained-only publisher)
+            return _NO_MATCH
         cached = self._cache.get(topic)
         if cached is not None:
             return cached
@@ -155,7 +160,8 @@ class SubscriptionTable:
         targets = [fold(client_id, options) for client_id, options in by_client.items()]
         if len(self._cache) >= MATCH_CACHE_SIZE:
             self._cache.clear()
-        result = ([t for t in targets if t is not None], groups)
+        found = [t for t in targets if t is not None]
+        result = (found, groups) if found or groups else _NO_MATCH
         self._cache[topic] = result
         return result
 

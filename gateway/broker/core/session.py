@@ -83,9 +83,9 @@ class Connection:
     client_max_packet_size: int = 268_435_460
     client_topic_alias_maximum: int = 0
     request_problem_information: bool = True
-    # topic aliases
-    aliases_in: dict[int, str] = field(default_factory=dict)
-    aliases_out: dict[str, int] = field(default_factory=dict)
+    # topic aliases (v5; None until the first one: most connections never use any)
+    aliases_in: dict[int, str] | None = None
+    aliases_out: dict[str, int] | None = None
     # incoming QoS 1 publishes whose PUBACK has not left the process yet (receive-maximum
     # enforcement; the I/O layer resets it when it hands the acknowledgements to the socket)
     incoming_inflight: int = 0
@@ -113,7 +113,8 @@ class Session:
     outbound: Outbound
     expiry_interval: int = 0
     subscriptions: dict[str, SubOptions] = field(default_factory=dict)
-    awaiting_release: set[int] = field(default_factory=set)  # incoming QoS 2 ids
+    # incoming QoS 2 ids; the shared empty frozenset until the first (an empty set costs 216 B)
+    awaiting_release: set[int] | frozenset[int] = frozenset()
     will: Will | None = None
     connection: Connection | None = None
     disconnected_at: float | None = None
@@ -132,6 +133,20 @@ class Session:
     def persistent(self) -> bool:
         """Outlives its connection (v5 expiry > 0 or a 3.1.x clean-session=0 session)."""
         return self.expiry_interval > 0
+
+    def await_release(self, packet_id: int) -> None:
+        """An incoming QoS 2 publish was taken: its packet id waits for PUBREL."""
+        if isinstance(self.awaiting_release, frozenset):
+            self.awaiting_release = set()
+        self.awaiting_release.add(packet_id)
+
+    def release(self, packet_id: int) -> bool:
+        """PUBREL: forget an incoming QoS 2 packet id; False if it was not waiting."""
+        if packet_id not in self.awaiting_release:
+            return False
+        assert isinstance(self.awaiting_release, set)  # not empty, so no longer the frozenset
+        self.awaiting_release.discard(packet_id)
+        return True
 
     def expires_at(self) -> float | None:
         """When an offline session is discarded (None: never, or online)."""

@@ -151,8 +151,7 @@ class Broker:
                     delivery.sent = True  # resent with DUP on reconnect
                     outbound.inflight[delivery.packet_id] = delivery
                 else:
-                    outbound.queue.append(delivery)
-                    outbound.queued_bytes += delivery.message.queued_cost
+                    outbound.restore_queued(delivery)
                 outbound.last_seq = max(outbound.last_seq, delivery.store_seq)
             outbound.spilled = restored.spilled
             outbound.spilled_bytes = restored.spilled_bytes

@@ -308,7 +308,7 @@ class Dispatcher:
             session.outbound.inflight[delivery.packet_id] = delivery
         new_alias = False
         if conn.client_topic_alias_maximum and conn.is_v5:
-            new_alias = message.topic not in conn.aliases_out
+            new_alias = conn.aliases_out is None or message.topic not in conn.aliases_out
             data = self._encode_with_alias(conn, delivery, now)
         else:
             data = message.encode_for(
@@ -318,7 +318,7 @@ class Dispatcher:
         if len(data) > conn.client_max_packet_size:
             # MQTT-3.1.2-25: discard as if it had been delivered.
             self.counters.too_large += 1
-            if new_alias:
+            if new_alias and conn.aliases_out is not None:
                 # The client never sees this packet, so it must not learn the alias from it.
                 conn.aliases_out.pop(message.topic, None)
             if delivery.qos > 0 and session is not None:
@@ -332,13 +332,16 @@ class Dispatcher:
 
     def _encode_with_alias(self, conn: Connection, delivery: Delivery, now: float) -> bytes:
         message = delivery.message
-        alias = conn.aliases_out.get(message.topic)
+        aliases = conn.aliases_out
+        if aliases is None:
+            aliases = conn.aliases_out = {}
+        alias = aliases.get(message.topic)
         topic = message.topic
         if alias is not None:
             topic = ""
-        elif len(conn.aliases_out) < conn.client_topic_alias_maximum:
-            alias = len(conn.aliases_out) + 1
-            conn.aliases_out[message.topic] = alias
+        elif len(aliases) < conn.client_topic_alias_maximum:
+            alias = len(aliases) + 1
+            aliases[message.topic] = alias
         props = message.v5_properties(delivery.subscription_ids, message.remaining_expiry(now),
                                       alias)
         packet = Publish(

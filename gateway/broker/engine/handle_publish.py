@@ -48,6 +48,8 @@ def on_publish(broker: BrokerApi, conn: Connection, packet: Publish, now: float,
     alias = packet.properties.topic_alias
     if alias is not None:
         if packet.topic:
+            if conn.aliases_in is None:
+                conn.aliases_in = {}
             conn.aliases_in[alias] = packet.topic
         raw = b""  # the alias is per connection: never forward these bytes
     assert topic is not None
@@ -106,7 +108,7 @@ def accept(broker: BrokerApi, conn: Connection, packet: Publish, topic: str, now
     elif qos == 1:
         conn.sink.write(encode(PubAck(pid), conn.version), broker.gated_acks)
     else:
-        session.awaiting_release.add(pid)
+        session.await_release(pid)
         if session.persistent:
             broker.hooks.qos2_received(session.client_id, pid)
         conn.sink.write(encode(PubRec(pid), conn.version), broker.gated_acks)
@@ -134,7 +136,7 @@ def refuse_publish(broker: BrokerApi, conn: Connection, packet: Publish, reason:
             conn.sink.write(encode(PubRec(pid, code), conn.version))
         else:
             assert conn.session is not None
-            conn.session.awaiting_release.add(pid)
+            conn.session.await_release(pid)
             conn.sink.write(encode(PubRec(pid), conn.version))
     elif reason == ReasonCode.PAYLOAD_FORMAT_INVALID:
         broker.protocol_error(conn, reason, "payload is not valid UTF-8")
@@ -185,8 +187,7 @@ def on_pubrel(broker: BrokerApi, conn: Connection, packet: PubRel) -> None:
     session = conn.session
     assert session is not None
     code = 0
-    if packet.packet_id in session.awaiting_release:
-        session.awaiting_release.discard(packet.packet_id)
+    if session.release(packet.packet_id):
         if session.persistent:
             broker.hooks.qos2_released(session.client_id, packet.packet_id)
     elif conn.is_v5:

@@ -58,12 +58,13 @@ def keep_alive_over_limit(keep_alive: int, limits: LimitsConfig) -> bool:
     return bool(maximum) and (keep_alive == 0 or keep_alive > maximum)
 
 
-def publish_topic(packet: Publish, aliases: Mapping[int, str]) -> str | None:
-    """The topic a PUBLISH is for, through its topic alias if it has one (None: unknown alias)."""
+def publish_topic(packet: Publish, aliases: Mapping[int, str] | None) -> str | None:
+    """The topic a PUBLISH is for, through its topic alias if it has one (None: unknown alias;
+    `aliases` None: the connection has set none yet)."""
     alias = packet.properties.topic_alias
     if alias is None or packet.topic:
         return packet.topic
-    return aliases.get(alias)
+    return aliases.get(alias) if aliases is not None else None
 
 
 def publish_refusal(

@@ -91,6 +91,11 @@ class ClientConnection(asyncio.Protocol, abc.ABC):
     use it. `MQTTConnection` (gateway/broker/net/server.py, which imports this module)
     implements it, so this module never imports the server."""
 
+    # Slotted (no per-instance __dict__): there is one per client.
+    __slots__ = (
+        "admitted", "closing", "conn", "label", "listener", "pending", "source", "transport",
+    )
+
     listener: ListenerConfig
     label: str  # ClientInfo.listener
     source: str | None  # counted by Admission (None: not counted)

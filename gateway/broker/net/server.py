@@ -71,6 +71,13 @@ _UNSTORED_CONNACK_V3 = b"\x20\x02\x00\x03"
 class MQTTConnection(listeners.ClientConnection):
     """One client socket."""
 
+    # One per client, so no per-instance __dict__ (memory per idle client); the rest of the
+    # attributes are slots of ClientConnection.
+    __slots__ = (
+        "buffer", "forgotten", "held", "in_commit", "linger", "out", "out_bytes", "parked",
+        "paused", "read_bytes", "refused", "server", "throttled",
+    )
+
     def __init__(self, server: Server, listener: ListenerConfig, label: str | None = None
                  ) -> None:
         self.server = server
@@ -113,7 +120,7 @@ class MQTTConnection(listeners.ClientConnection):
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else (
             str(peer) or listeners.UNIX_SOURCE)
         self.conn = self.server.broker.open_connection(
-            self, self.label, peer_text, self.listener.anonymous_allowed,
+            self, self.label, peer_text, self.server.anonymous_allowed(self.listener),
             self.server.loop.time(),
         )
 
@@ -385,6 +392,15 @@ class Server:
         self._waiting: set[MQTTConnection] = set()
         self._commit_task: asyncio.Task[None] | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
+        self._anonymous: dict[int, tuple[ListenerConfig, bool]] = {}  # by id(listener)
+
+    def anonymous_allowed(self, listener: ListenerConfig) -> bool:
+        """`listener.anonymous_allowed`, worked out once per listener: it parses the bind
+        address, which is too slow to repeat for every accepted connection."""
+        cached = self._anonymous.get(id(listener))
+        if cached is None or cached[0] is not listener:
+            cached = self._anonymous[id(listener)] = (listener, listener.anonymous_allowed)
+        return cached[1]
 
     def new_protocol(self, listener: ListenerConfig, label: str) -> MQTTConnection:
         """A connection protocol for `listener` (used by the listener factories)."""

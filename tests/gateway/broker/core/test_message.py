@@ -35,3 +35,15 @@ def test_v5_remaining_expiry_and_subscription_ids() -> None:
     assert packet.properties.message_expiry_interval == 30
     assert packet.properties.subscription_identifiers == (7,)
     assert packet.properties.user_properties == (("k", "v"),)
+
+
+def test_v5_raw_bytes_serve_v5_and_31x_subscribers_get_their_own_encoding() -> None:
+    raw = encode(Publish("a/b", b"payload"), MQTT_5)
+    message = Message("a/b", b"payload", 0, False)
+    message.seed_raw(raw, (MQTT_5,))
+    assert message.encode_for(MQTT_5, 0, False, None, 0.0) is raw
+    v3 = message.encode_for(MQTT_3_1_1, 0, False, None, 0.0)
+    assert v3 == encode(Publish("a/b", b"payload"), MQTT_3_1_1)
+    assert v3 is message.encode_for(MQTT_3_1_1, 0, False, None, 0.0)
+    assert message.encode_for(MQTT_3_1_1, 1, True, 9, 0.0) == encode(
+        Publish("a/b", b"payload", 1, True, False, 9), MQTT_3_1_1)

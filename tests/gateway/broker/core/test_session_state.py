@@ -1,0 +1,40 @@
+"""Per-session state that an idle client never allocates still behaves like the full thing."""
+
+from __future__ import annotations
+
+from gateway.broker.core.inflight import Delivery, Outbound
+from gateway.broker.core.message import Message
+from gateway.broker.core.session import Session
+
+
+def _delivery(n: int, qos: int = 0) -> Delivery:
+    return Delivery(Message(f"t/{n}", b"x" * n, qos, False), qos, False)
+
+
+def test_queue_from_empty_through_overflow_clear_and_restore() -> None:
+    outbound = Outbound(max_messages=3, max_bytes=1000, drop_oldest=True)
+    assert len(outbound) == 0 and list(outbound.queue) == [] and outbound.pop() is None
+    dropped = [d for n in range(1, 5) for d in outbound.enqueue(_delivery(n))]
+    assert [d.message.topic for d in dropped] == ["t/1"]
+    outbound.requeue_front(_delivery(9))
+    assert [d.message.topic for d in outbound.iter_all()] == ["t/9", "t/2", "t/3", "t/4"]
+    assert outbound.queued_bytes == sum(len(f"t/{n}") + n for n in (9, 2, 3, 4))
+    outbound.clear()
+    assert (len(outbound), outbound.queued_bytes, list(outbound.queue)) == (0, 0, [])
+    for n in (5, 6):
+        outbound.restore_queued(_delivery(n))
+    popped = [outbound.pop(), outbound.pop(), outbound.pop()]
+    assert [d.message.topic if d else None for d in popped] == ["t/5", "t/6", None]
+    assert outbound.queued_bytes == 0
+
+
+def test_qos2_packet_ids_wait_for_release() -> None:
+    session = Session("c", 5, Outbound(10, 1000, True))
+    assert not session.release(7)  # nothing was waiting
+    session.await_release(7)
+    session.await_release(8)
+    assert 7 in session.awaiting_release and len(session.awaiting_release) == 2
+    assert session.release(7) and not session.release(7)
+    assert set(session.awaiting_release) == {8}
+    # Sessions start from one shared empty set: one session's ids never show in another's.
+    assert not Session("d", 5, Outbound(10, 1000, True)).awaiting_release
