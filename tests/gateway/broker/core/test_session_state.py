@@ -12,13 +12,13 @@ def _delivery(n: int, qos: int = 0) -> Delivery:
 
 
 def test_queue_from_empty_through_overflow_clear_and_restore() -> None:
-    outbound = Outbound(max_messages=3, max_bytes=1000, drop_oldest=True)
+    outbound = Outbound(max_messages=3, max_bytes=1 << 20, drop_oldest=True)  # a count cap
     assert len(outbound) == 0 and list(outbound.queue) == [] and outbound.pop() is None
     dropped = [d for n in range(1, 5) for d in outbound.enqueue(_delivery(n))]
     assert [d.message.topic for d in dropped] == ["t/1"]
     outbound.requeue_front(_delivery(9))
     assert [d.message.topic for d in outbound.iter_all()] == ["t/9", "t/2", "t/3", "t/4"]
-    assert outbound.queued_bytes == sum(len(f"t/{n}") + n for n in (9, 2, 3, 4))
+    assert outbound.queued_bytes == sum(d.message.queued_cost for d in outbound.iter_all())
     outbound.clear()
     assert (len(outbound), outbound.queued_bytes, list(outbound.queue)) == (0, 0, [])
     for n in (5, 6):
