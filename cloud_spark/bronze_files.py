@@ -16,8 +16,9 @@ Bad files are recorded with a ``reason`` and never retried: ``empty_file`` (zero
 read), ``truncated_gzip`` (the gzip stream ends early: the complete lines before the break
 are read, :func:`check_gzip`), ``vanished`` (listed, then gone before the run finished; Spark
 skips it with ``spark.sql.files.ignoreMissingFiles``). The manifest also holds each run's
-touched event dates (``<out>/_manifest/silver_runs``), which the downstream jobs use to
-recompute only the windows that new data touches.
+touched event dates (``<out>/_manifest/silver_runs``): a downstream job records which runs it
+has taken in (``<out>/_manifest/<job>_consumed``, :func:`touched_since`) and recomputes only
+the days that newer runs touched.
 """
 
 from __future__ import annotations
@@ -195,3 +196,42 @@ def skipped_counts(spark: SparkSession, out: str) -> dict[str, int]:
     frame = read_parquet(spark, join_path(out, FILES_DIR), FILES_SCHEMA)
     rows = frame.where(F.col("reason").isNotNull()).groupBy("reason").count().collect()
     return {row["reason"]: row["count"] for row in rows}
+
+
+CONSUMED_SCHEMA = StructType(
+    [
+        StructField("run_id", StringType(), False),
+        StructField("params", StringType(), False),
+    ]
+)
+
+
+def _consumed_path(out: str, job: str) -> str:
+    return join_path(out, f"_manifest/{job}_consumed")
+
+
+def touched_since(spark: SparkSession, out: str, job: str, params: str) -> list[Any] | None:
+    """Event dates touched by the silver runs ``job`` has not consumed yet.
+
+    None means "recompute everything": the job never ran with these ``params``, or a full
+    silver run happened since.
+    """
+    consumed = read_parquet(spark, _consumed_path(out, job), CONSUMED_SCHEMA).collect()
+    if not consumed or any(row["params"] != params for row in consumed):
+        return None
+    seen = {row["run_id"] for row in consumed}
+    dates: set[Any] = set()
+    for run in runs(spark, out):
+        if run["run_id"] in seen:
+            continue
+        if run["full"] == "true":
+            return None
+        dates |= set(run["event_dates"])
+    return sorted(dates)
+
+
+def mark_consumed(spark: SparkSession, out: str, job: str, params: str, *, full: bool) -> None:
+    """Record that ``job`` has taken in every silver run so far (with ``params``)."""
+    rows = [(run["run_id"], params) for run in runs(spark, out)]
+    frame = spark.createDataFrame(rows, CONSUMED_SCHEMA).coalesce(1)
+    frame.write.mode("overwrite" if full else "append").parquet(_consumed_path(out, job))

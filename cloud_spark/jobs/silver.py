@@ -2,24 +2,27 @@
 
 How this works (extract → transform → load):
 
-1. **Extract** every bronze file with the explicit bronze schema.
+1. **Extract** the bronze files not processed yet (:mod:`cloud_spark.bronze_files` lists
+   them and keeps the manifest; all of them on the first run and with ``--full``) with the
+   explicit bronze schema; empty, truncated and vanished files are recorded with a reason.
 2. :func:`cloud_spark.jobs.silver_parse.classify` and ``parse_payloads`` type and validate;
    :func:`slim` drops the raw payload of rows that parsed fine (only quarantine needs it).
 3. :func:`dedupe` groups rows by message id ``(gateway, epoch, seq)`` and keeps the earliest
-   landed copy (smallest ``ingest_ms``, ties broken by the other columns, so the choice is
-   deterministic), counting ``copies`` and flagging ``conflict`` when copies of one id carry
-   different payloads or topics (an epoch reused by mistake). Rows without an id are kept
-   as they are (``copies = 1``) and end up in quarantine.
+   landed copy (smallest ``ingest_ms``, ties broken by the content hash and the other
+   columns, so the choice is deterministic), counting ``copies`` and flagging ``conflict``
+   when copies of one id carry different payloads or topics (an epoch reused by mistake).
+   Rows without an id are kept as they are (``copies = 1``) and end up in quarantine.
 4. One pure function per output table selects its rows: :func:`points`, :func:`status`,
    :func:`device_diagnostics`, :func:`uplink_diagnostics`, :func:`quarantine` (every row with a
    reason, never silently dropped) and :func:`messages` (one row per distinct id, good or
    quarantined: the ledger that the ``quality`` job checks for missing sequence numbers).
    A point is *late* when it was landed more than ``late_after_ms`` after its event time.
-5. **Load**: the parsed frame is persisted once and each table is written as Parquet with
-   dynamic partition overwrite, partitioned by event date (quarantine: by ingest date).
-
-Every run recomputes from all of bronze, which is append-only, so a re-run rewrites the same
-partitions with the same rows (idempotent) and late records land in their own event date.
+5. **Load**: the parsed frame is persisted once. A full run replaces every table (Parquet,
+   partitioned by event date; quarantine: by ingest date). An incremental run appends the
+   rows of new ids and merges (:mod:`cloud_spark.jobs.silver_merge`) only the partitions
+   holding an id that silver already had, with dynamic partition overwrite; late records
+   land in their own event date. The manifest is committed last, so a run that dies is
+   redone, and the pending mark makes the redo merge instead of append.
 """
 
 from __future__ import annotations

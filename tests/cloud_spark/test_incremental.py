@@ -19,7 +19,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from bench.cloud.tsbs_iot import GenConfig, generate
 from cloud_spark import bronze_files as bf
-from cloud_spark.jobs import silver
+from cloud_spark.jobs import rollups, silver
 from cloud_spark.records import encode_record, partition_dir
 from cloud_spark.tables import append_table, read_bronze, read_table
 from tests.cloud_spark.conftest import T0, bronze_row, point_payload
@@ -125,6 +125,45 @@ def test_a_run_that_died_half_way_is_redone_without_doubles(
     assert not bf.interrupted(spark, str(inc))
     silver.run(spark, str(root), str(full), silver.SilverParams(full=True))
     _assert_same_silver(spark, inc, full)
+
+
+DAY = 86_400_000
+
+
+@pytest.mark.timeout(600)
+def test_rollups_recompute_the_touched_days_and_equal_a_full_run(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Three days of a series; a later run brings a late sample just before midnight of
+    day 1 (its value holds into day 2) and new samples on day 3."""
+    root, out, full = tmp_path / "landing", tmp_path / "tables", tmp_path / "full"
+    topic = "devices/m1/power"
+
+    def sample(seq: int, event_ms: int, value: float) -> dict[str, Any]:
+        return bronze_row(seq, topic, point_payload(value, event_ms), received_ms=event_ms)
+
+    first = [sample(i + 1, T0 + i * DAY // 4, 10.0 + i) for i in range(8)]  # 2 days, 6 h apart
+    _write(root, "part-a.json.gz", first, ingest_ms=T0)
+    silver.run(spark, str(root), str(out), silver.SilverParams())
+    params = rollups.RollupParams(max_hold_ms=2 * 3_600_000)
+    assert rollups.run(spark, "", str(out), params)["recomputed_days"] == "all"
+    midnight = (T0 // DAY + 1) * DAY
+    later = [sample(20, midnight - 60_000, 99.0), sample(21, midnight + DAY + 300_000, 5.0)]
+    _write(root, "part-b.json.gz", later, ingest_ms=T0 + 2 * DAY)
+    silver.run(spark, str(root), str(out), silver.SilverParams())
+    again = rollups.run(spark, "", str(out), params)
+    assert again["recomputed_days"] == 4  # the 2 touched days and the day after each
+    silver.run(spark, str(root), str(full), silver.SilverParams(full=True))
+    rollups.run(spark, "", str(full), params)
+    assertDataFrameEqual(
+        read_table(spark, str(out), "rollups"),
+        read_table(spark, str(full), "rollups"),
+        checkRowOrder=False,
+    )
+    held = read_table(spark, str(out), "rollups").where(
+        f"grain = '1h' and window_start = timestamp_millis({midnight})"
+    )
+    assert held.first()["twa"] is not None  # type: ignore[index]  # 99.0 held past midnight
 
 
 def _write(root: Path, name: str, rows: list[dict[str, Any]], *, ingest_ms: int) -> Path:

@@ -80,7 +80,7 @@ def test_all_jobs_then_report(spark: SparkSession, landed: tuple[Path, Path, Man
     assert results["quality"]["missing_seq"] == 0
     assert results["availability"]["device_outages"] >= 1
     assert results["availability"]["link_outages"] >= 1
-    assert set(results["rollups"]) == {"1m", "15m", "1h", "1d"}
+    assert set(results["rollups"]) == {"1m", "15m", "1h", "1d", "recomputed_days"}
     report = json.loads((out / "report.json").read_text())
     assert report == results["report"]
     assert report["bronze_rows"] == m.rows
