@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     silver.add_argument(
         "--late-after-s", type=float, default=300.0, help="landed this much after ts = late"
     )
+    silver.add_argument(
+        "--full", action="store_true", help="reprocess all of bronze, replace every table"
+    )
     rollups = _add_job(sub, "rollups", "1m/15m/1h/1d aggregates with time-weighted average")
     rollups.add_argument("--grains", type=_csv, default=("1m", "15m", "1h", "1d"), help="CSV")
     rollups.add_argument(
@@ -165,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     everything.add_argument(
         "--uplink-topic", default=c.UPLINK_DIAGNOSTICS_TOPIC, help="as for silver"
     )
+    everything.add_argument("--full", action="store_true", help="as for silver")
     return parser
 
 
@@ -190,6 +194,7 @@ def job_params(name: str, args: argparse.Namespace) -> Any:
             prefix=get("prefix", c.DEFAULT_DEVICE_PREFIX),
             uplink_topic=get("uplink_topic", c.UPLINK_DIAGNOSTICS_TOPIC),
             late_after_ms=_ms(get("late_after_s", 300.0)),
+            full=get("full", False),
         )
     if name == "rollups":
         return RollupParams(
@@ -230,12 +235,15 @@ def _run_jobs(args: argparse.Namespace) -> int:
     # PySpark (the `cloud` extra) is imported by the commands that start Spark only.
     from pyspark.sql import SparkSession
 
-    from cloud_spark.spark import get_spark
+    from cloud_spark.spark import SparkVersionError, get_spark
 
     names = list(JOBS) if args.command == "all" else [args.command]
     conf = dict(item.split("=", 1) for item in args.conf)
     existing = SparkSession.getActiveSession()
-    spark = get_spark(f"outpost-{args.command}", args.master, conf)
+    try:
+        spark = get_spark(f"outpost-{args.command}", args.master, conf)
+    except SparkVersionError as exc:
+        raise SystemExit(f"error: {exc}") from None
     try:
         for name in names:
             result = run_job(name, spark, args.root, args.out, job_params(name, args))

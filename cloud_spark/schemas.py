@@ -67,6 +67,7 @@ MESSAGES = _schema(
     ("reason", S),
     ("copies", L),
     ("conflict", B),
+    ("content_hash", L),
     ("local_topic", S),
     ("received_ms", L),
     ("ingest_ms", L),

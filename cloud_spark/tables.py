@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import StructType
 
@@ -82,43 +82,68 @@ def empty(spark: SparkSession, schema: StructType) -> DataFrame:
     return spark.createDataFrame([], schema)
 
 
-def read_bronze(spark: SparkSession, root: str) -> DataFrame:
-    """All bronze records under ``<root>/bronze`` with the explicit bronze schema."""
+def read_bronze(spark: SparkSession, root: str, files: list[str] | None = None) -> DataFrame:
+    """Bronze records with the explicit bronze schema: all of ``<root>/bronze``, or ``files``.
+
+    ``files`` are paths relative to ``<root>/bronze``; the partition columns still come from
+    their directories (``basePath``). A file that vanished since it was listed is skipped and
+    a truncated gzip file yields the lines before the break (``ignoreMissingFiles``,
+    ``ignoreCorruptFiles``): :mod:`cloud_spark.bronze_files` records both with a reason.
+    """
     path = join_path(root, c.BRONZE_DIR)
+    if files is not None and not files:
+        return empty(spark, s.BRONZE)
+    reader = (
+        spark.read.schema(s.BRONZE)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", "_corrupt_record")
+        .option("basePath", path)
+        .option("ignoreMissingFiles", "true")
+        .option("ignoreCorruptFiles", "true")
+    )
+    if files is not None:  # checked to exist just before; a miss here fails the run (redone)
+        return reader.json([join_path(path, rel) for rel in files])
     try:
-        return (
-            spark.read.schema(s.BRONZE)
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", "_corrupt_record")
-            .json(path)
-        )
+        return reader.json(path)
     except AnalysisException as exc:
         if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
             return empty(spark, s.BRONZE)
         raise
 
 
-def read_table(spark: SparkSession, out: str, name: str) -> DataFrame:
-    """A table written by a job, or an empty frame with its schema when it does not exist."""
-    table = TABLES[name]
+def read_parquet(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
+    """Parquet files under ``path`` read with ``schema``; an empty frame if there are none."""
     try:
-        return spark.read.schema(table.schema).parquet(table_path(out, name))
+        return spark.read.schema(schema).parquet(path)
     except AnalysisException as exc:
         if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
-            return empty(spark, table.schema)
+            return empty(spark, schema)
         raise
 
 
-def write_table(df: DataFrame, out: str, name: str) -> None:
-    """Write with dynamic partition overwrite (whole-table overwrite if unpartitioned)."""
+def read_table(spark: SparkSession, out: str, name: str) -> DataFrame:
+    """A table written by a job, or an empty frame with its schema when it does not exist."""
+    return read_parquet(spark, table_path(out, name), TABLES[name].schema)
+
+
+def _writer(df: DataFrame, name: str, mode: str) -> DataFrameWriter:
     table = TABLES[name]
-    mode = "static" if table.replace_whole else "dynamic"
-    writer = (
-        conform(df, table.schema)
-        .write.mode("overwrite")
-        .option("partitionOverwriteMode", mode)
-        .option("compression", "snappy")
-    )
+    writer = conform(df, table.schema).write.mode(mode).option("compression", "snappy")
     if table.partition_by:
         writer = writer.partitionBy(*table.partition_by)
+    return writer
+
+
+def write_table(df: DataFrame, out: str, name: str, *, replace_whole: bool = False) -> None:
+    """Write with dynamic partition overwrite (whole-table overwrite if unpartitioned).
+
+    ``replace_whole`` replaces every partition (a full rebuild), as for the event tables.
+    """
+    overwrite = "static" if TABLES[name].replace_whole or replace_whole else "dynamic"
+    writer = _writer(df, name, "overwrite").option("partitionOverwriteMode", overwrite)
     writer.parquet(table_path(out, name))
+
+
+def append_table(df: DataFrame, out: str, name: str) -> None:
+    """Add rows as new files in their partitions; nothing already written is touched."""
+    _writer(df, name, "append").parquet(table_path(out, name))

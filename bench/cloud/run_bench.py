@@ -1,10 +1,14 @@
-"""Benchmark: ``silver`` and ``rollups`` on N generated bronze rows in ``local[2]``.
+"""Benchmark: ``silver`` against a plain job, ``rollups``, and an incremental ``silver`` run.
 
 How this works: the TSBS-IoT generator (:mod:`bench.cloud.tsbs_iot`) writes N bronze rows
 (reused when ``generate.json`` already describes the same configuration), then one Spark
-session (``local[2]`` unless ``--master``) runs the two jobs through the same entry points as
-``python -m cloud_spark``, timing each. Reported per job: wall time and rows/s (silver: bronze
-rows in; rollups: silver points in). Peak memory is the high-water resident set
+session (``local[2]`` unless ``--master``) runs, timing each: the plain baseline job
+(:mod:`bench.cloud.plain_job`), ``silver`` (its first run: every file), ``rollups``, and then,
+after ``--new-rows`` more rows are landed (a second generated set starting the hour after
+the first ends, new gateway epochs), ``silver`` again, which processes only the new files.
+Both jobs go through the same entry points as ``python -m cloud_spark``. Reported per job:
+wall time and rows/s (silver and plain: bronze rows in; rollups: silver points in), the
+ratio silver/plain and the ratio second/first silver run. Peak memory is the high-water resident set
 (``VmHWM`` from ``/proc``) of this Python process and of the driver JVM it started (in local
 mode the driver is the executor). Exact counts are checked against the generator manifest.
 
@@ -21,10 +25,12 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.cloud import plain_job
 from bench.cloud.tsbs_iot import GenConfig, generate
 from cloud_spark.cli import job_params, run_job
 from cloud_spark.spark import get_spark
@@ -64,6 +70,47 @@ def _prepare(cfg: GenConfig, root: Path, workers: int) -> tuple[dict[str, Any], 
     return asdict(manifest), time.monotonic() - started
 
 
+def _run(job: str, spark: Any, root: Path, out: Path) -> Any:
+    with contextlib.redirect_stdout(io.StringIO()):
+        return run_job(job, spark, str(root), str(out), job_params(job, argparse.Namespace()))
+
+
+def _timed(started: float, rows: int, result: Any) -> dict[str, Any]:
+    elapsed = time.monotonic() - started
+    return {
+        "seconds": round(elapsed, 1),
+        "input_rows": rows,
+        "rows_per_s": round(rows / elapsed),
+        "result": result,
+    }
+
+
+NEW_PREFIX = "part-new-"
+
+
+def _remove_new_batch(root: Path) -> None:
+    for file in (root / "bronze").rglob(f"{NEW_PREFIX}*"):
+        file.unlink()
+
+
+def _land_new_batch(cfg: GenConfig, root: Path, scratch: Path, rows: int) -> dict[str, Any]:
+    """Generate ``rows`` more, starting the hour after the last bronze hour, and land them."""
+    last = max(
+        datetime.strptime(f"{d.parent.name[-10:]} {d.name[-2:]}", "%Y-%m-%d %H").replace(tzinfo=UTC)
+        for d in (root / "bronze").glob("ingest_date=*/ingest_hour=*")
+    )
+    start_ms = int(last.timestamp() * 1000) + 3_600_000
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    new_cfg = replace(cfg, rows=rows, seed=cfg.seed + 1, start_ms=start_ms)
+    manifest = generate(new_cfg, scratch)
+    for file in (scratch / "bronze").rglob("*.json.gz"):
+        target = root / "bronze" / file.parent.relative_to(scratch / "bronze")
+        target.mkdir(parents=True, exist_ok=True)
+        file.rename(target / f"{NEW_PREFIX}{file.name}")
+    return asdict(manifest)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="silver + rollups benchmark")
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -74,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="generator processes")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--new-rows", type=int, default=100_000, help="landed after the first silver run"
+    )
     args = parser.parse_args(argv)
 
     cfg = GenConfig(rows=args.rows, seed=args.seed, rows_per_file=250_000)
@@ -96,18 +146,26 @@ def main(argv: list[str] | None = None) -> int:
         "generate_s": gen_s,
         "session_s": round(session_s, 1),
     }
+    _remove_new_batch(root)
     inputs = {"silver": manifest["rows"], "rollups": manifest["points"]}
+    started = time.monotonic()
+    plain_rows = plain_job.run(spark, str(root), str(args.work / "plain"))
+    figures["plain"] = _timed(started, manifest["rows"], {"rows": plain_rows})
     for job in ("silver", "rollups"):
         started = time.monotonic()
-        with contextlib.redirect_stdout(io.StringIO()):
-            result = run_job(job, spark, str(root), str(out), job_params(job, argparse.Namespace()))
-        elapsed = time.monotonic() - started
-        figures[job] = {
-            "seconds": round(elapsed, 1),
-            "input_rows": inputs[job],
-            "rows_per_s": round(inputs[job] / elapsed),
-            "result": result,
-        }
+        result = _run(job, spark, root, out)
+        figures[job] = _timed(started, inputs[job], result)
+    figures["silver_vs_plain"] = round(
+        figures["silver"]["rows_per_s"] / figures["plain"]["rows_per_s"], 2
+    )
+    if args.new_rows:
+        new = _land_new_batch(cfg, root, args.work / "new-landing", args.new_rows)
+        started = time.monotonic()
+        result = _run("silver", spark, root, out)
+        figures["silver_incremental"] = _timed(started, new["rows"], result)
+        figures["incremental_ratio"] = round(
+            figures["silver_incremental"]["seconds"] / figures["silver"]["seconds"], 3
+        )
     silver = figures["silver"]["result"]
     figures["checks"] = {
         "distinct_ids": (silver["rows"] - manifest["no_id"], manifest["distinct_ids"]),
@@ -115,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         "quarantined": (silver["quarantined"], manifest["malformed"] + manifest["no_id"]),
         "points": (silver.get("point", 0), manifest["points"]),
     }
+    if args.new_rows:
+        incremental = figures["silver_incremental"]["result"]
+        figures["checks"]["incremental_rows"] = (incremental["bronze_rows"], new["rows"])
     figures["peak_rss_mb"] = {
         "python": round(peak_rss_mb()),
         "jvm": round(sum(peak_rss_mb(pid) for pid in jvm_pids())),
@@ -129,7 +190,16 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"silver  {figures['silver']['rows_per_s']:>10,} rows/s "
         f"({figures['silver']['seconds']} s for {inputs['silver']:,} bronze rows)\n"
-        f"rollups {figures['rollups']['rows_per_s']:>10,} rows/s "
+        f"plain   {figures['plain']['rows_per_s']:>10,} rows/s "
+        f"({figures['plain']['seconds']} s); silver/plain {figures['silver_vs_plain']}\n"
+        + (
+            f"silver second run ({args.new_rows:,} new rows): "
+            f"{figures['silver_incremental']['seconds']} s = "
+            f"{figures['incremental_ratio']:.1%} of the first\n"
+            if args.new_rows
+            else ""
+        )
+        + f"rollups {figures['rollups']['rows_per_s']:>10,} rows/s "
         f"({figures['rollups']['seconds']} s for {inputs['rollups']:,} points)\n"
         f"peak RSS: driver JVM {figures['peak_rss_mb']['jvm']} MiB, "
         f"python {figures['peak_rss_mb']['python']} MiB; exact counts "

@@ -5,7 +5,9 @@ How this works: :func:`summarize` reduces every table to a handful of numbers in
 reason. Nothing is taken from job logs: the report is recomputed from the tables, so it
 describes what is actually stored. ``bronze_rows`` is rebuilt from the ledger's ``copies``
 plus the quarantined rows without an id, so ``bronze_rows - duplicates_removed`` is the
-number of distinct messages landed. Tables not produced yet count as empty.
+number of distinct messages landed. Bronze files that silver skipped or read only in part
+come from its manifest (:mod:`cloud_spark.bronze_files`). Tables not produced yet count as
+empty.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
+from cloud_spark import bronze_files as bf
 from cloud_spark import tables
 
 INPUTS = (
@@ -93,8 +96,13 @@ def quarantine_reasons(quarantine: DataFrame) -> DataFrame:
     )
 
 
-def render(summary: dict[str, Any], reasons: dict[str, int]) -> str:
-    """The human summary printed by ``python -m cloud_spark report``."""
+def render(
+    summary: dict[str, Any], reasons: dict[str, int], skipped: dict[str, int] | None = None
+) -> str:
+    """The human summary printed by ``python -m cloud_spark report``.
+
+    ``skipped``: bronze files skipped or cut short, by reason (the silver manifest).
+    """
     lines = [
         f"bronze rows        {summary['bronze_rows']:>12,}",
         f"messages (unique)  {summary['messages']:>12,}   duplicates removed "
@@ -105,6 +113,9 @@ def render(summary: dict[str, Any], reasons: dict[str, int]) -> str:
         f"quarantined        {summary['quarantined']:>12,}",
     ]
     lines += [f"  {reason:<28} {rows:>10,}" for reason, rows in reasons.items()]
+    if skipped:
+        lines.append(f"bronze files skipped {sum(skipped.values()):>10,}")
+        lines += [f"  {reason:<28} {files:>10,}" for reason, files in sorted(skipped.items())]
     lines += [
         f"missing seq        {summary['missing_seq']:>12,}   over {summary['epochs']:,} "
         "gateway epochs",
@@ -124,8 +135,9 @@ def run(spark: SparkSession, root: str, out: str, params: ReportParams) -> dict[
     row = summarize(frames).first()
     summary: dict[str, Any] = row.asDict() if row is not None else {}
     reasons = {r["reason"]: r["rows"] for r in quarantine_reasons(frames["quarantine"]).collect()}
-    report = {**summary, "quarantine_reasons": reasons}
-    print(render(summary, reasons))
+    skipped = bf.skipped_counts(spark, out)
+    report = {**summary, "quarantine_reasons": reasons, "bronze_files_skipped": skipped}
+    print(render(summary, reasons, skipped))
     path = Path(params.json_path or tables.join_path(out, "report.json"))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")

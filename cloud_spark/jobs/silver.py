@@ -2,39 +2,46 @@
 
 How this works (extract → transform → load):
 
-1. **Extract** every bronze file with the explicit bronze schema.
+1. **Extract** the bronze files not processed yet (:mod:`cloud_spark.bronze_files` lists
+   them and keeps the manifest; all of them on the first run and with ``--full``) with the
+   explicit bronze schema; empty, truncated and vanished files are recorded with a reason.
 2. :func:`cloud_spark.jobs.silver_parse.classify` and ``parse_payloads`` type and validate;
    :func:`slim` drops the raw payload of rows that parsed fine (only quarantine needs it).
 3. :func:`dedupe` groups rows by message id ``(gateway, epoch, seq)`` and keeps the earliest
-   landed copy (smallest ``ingest_ms``, ties broken by the other columns, so the choice is
-   deterministic), counting ``copies`` and flagging ``conflict`` when copies of one id carry
-   different payloads or topics (an epoch reused by mistake). Rows without an id are kept
-   as they are (``copies = 1``) and end up in quarantine.
+   landed copy (smallest ``ingest_ms``, ties broken by the content hash and the other
+   columns, so the choice is deterministic), counting ``copies`` and flagging ``conflict``
+   when copies of one id carry different payloads or topics (an epoch reused by mistake).
+   Rows without an id are kept as they are (``copies = 1``) and end up in quarantine.
 4. One pure function per output table selects its rows: :func:`points`, :func:`status`,
    :func:`device_diagnostics`, :func:`uplink_diagnostics`, :func:`quarantine` (every row with a
    reason, never silently dropped) and :func:`messages` (one row per distinct id, good or
    quarantined: the ledger that the ``quality`` job checks for missing sequence numbers).
    A point is *late* when it was landed more than ``late_after_ms`` after its event time.
-5. **Load**: the parsed frame is persisted once and each table is written as Parquet with
-   dynamic partition overwrite, partitioned by event date (quarantine: by ingest date).
-
-Every run recomputes from all of bronze, which is append-only, so a re-run rewrites the same
-partitions with the same rows (idempotent) and late records land in their own event date.
+5. **Load**: the parsed frame is persisted once. A full run replaces every table (Parquet,
+   partitioned by event date; quarantine: by ingest date). An incremental run appends the
+   rows of new ids and merges (:mod:`cloud_spark.jobs.silver_merge`) only the partitions
+   holding an id that silver already had, with dynamic partition overwrite; late records
+   land in their own event date. The manifest is committed last, so a run that dies is
+   redone, and the pending mark makes the redo merge instead of append.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
+from cloud_spark import bronze_files as bf
 from cloud_spark import contract as c
 from cloud_spark import tables
+from cloud_spark.jobs import silver_merge as sm
 from cloud_spark.jobs import silver_parse as sp
 
-ID = ["gateway", "epoch", "seq"]
+ID = sm.ID
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,8 @@ class SilverParams:
     prefix: str = c.DEFAULT_DEVICE_PREFIX
     uplink_topic: str = c.UPLINK_DIAGNOSTICS_TOPIC
     late_after_ms: int = 5 * 60 * 1000
+    #: reprocess all of bronze and replace every table (``--full``)
+    full: bool = False
 
 
 def date_of_ms(ms: Column) -> Column:
@@ -65,16 +74,18 @@ def dedupe(df: DataFrame) -> DataFrame:
 
     ``df`` needs the id columns, ``ingest_ms`` and ``_hash`` (:func:`with_content_hash`);
     copies of one id whose hashes differ are a *conflict*. The kept copy is the smallest
-    struct of all columns with ``ingest_ms`` first: the earliest landed, deterministically.
+    struct of all columns with ``ingest_ms`` then ``_hash`` first: the earliest landed,
+    deterministically (the incremental merge, :mod:`cloud_spark.jobs.silver_merge`, uses the
+    same order across runs). The kept copy's ``_hash`` stays (the ledger's ``content_hash``).
     """
-    has_id = F.col("gateway").isNotNull() & F.col("epoch").isNotNull() & F.col("seq").isNotNull()
+    has_id = sm.has_id()
     rest = [name for name in df.columns if name not in (*ID, "ingest_ms", "_hash")]
     kept = (
         df.where(has_id)
         .groupBy(*ID)
         .agg(
             F.count(F.lit(1)).alias("copies"),
-            F.min(F.struct("ingest_ms", *rest)).alias("_first"),
+            F.min(F.struct("ingest_ms", "_hash", *rest)).alias("_first"),
             (F.min("_hash") != F.max("_hash")).alias("conflict"),
         )
         .select(*ID, "_first.*", "copies", "conflict")
@@ -82,7 +93,7 @@ def dedupe(df: DataFrame) -> DataFrame:
     loose = df.where(~has_id).withColumns(
         {"copies": F.lit(1).cast("long"), "conflict": F.lit(False)}
     )
-    return kept.unionByName(loose.drop("_hash"))
+    return kept.unionByName(loose)
 
 
 def parse(bronze: DataFrame, params: SilverParams) -> DataFrame:
@@ -197,7 +208,7 @@ def quarantine(parsed: DataFrame) -> DataFrame:
 
 def messages(parsed: DataFrame) -> DataFrame:
     """The ledger: one row per distinct message id, good or quarantined."""
-    has_id = F.col("gateway").isNotNull() & F.col("epoch").isNotNull() & F.col("seq").isNotNull()
+    has_id = sm.has_id()
     event = F.coalesce(F.col("received_ms"), F.col("ingest_ms"))
     return parsed.where(has_id).select(
         *ID,
@@ -206,6 +217,7 @@ def messages(parsed: DataFrame) -> DataFrame:
         "reason",
         "copies",
         "conflict",
+        F.col("_hash").alias("content_hash"),
         "local_topic",
         "received_ms",
         "ingest_ms",
@@ -239,14 +251,107 @@ def _split(parsed: DataFrame, params: SilverParams) -> dict[str, DataFrame]:
     }
 
 
-def run(spark: SparkSession, root: str, out: str, params: SilverParams) -> dict[str, int]:
-    """Extract bronze, transform, load every silver table; returns row counts written."""
-    parsed = parse(tables.read_bronze(spark, root), params)
+def _inspect(spark: SparkSession, root: str, files: list[bf.BronzeFile]) -> dict[str, str]:
+    """Reasons for the files that are empty, truncated or already gone (the rest: none)."""
+    reasons: dict[str, str] = {}
+    for file in files:
+        local = bf.local_path(root, file.rel)
+        if file.size == 0:
+            reasons[file.rel] = bf.REASON_EMPTY
+        elif not bf.exists(spark, root, file.rel):
+            reasons[file.rel] = bf.REASON_VANISHED
+        elif local is not None and not bf.check_gzip(local):
+            reasons[file.rel] = bf.REASON_TRUNCATED
+    return reasons
+
+
+def _partitions(frame: DataFrame, column: str) -> list[Any]:
+    return [row[0] for row in frame.select(column).distinct().collect() if row[0] is not None]
+
+
+def _load_incremental(
+    spark: SparkSession, out: str, frames: dict[str, DataFrame], *, redo: bool
+) -> list[Any]:
+    """Add the new rows to silver; returns the event dates touched.
+
+    Rows of ids that silver does not hold yet are appended as new files. Only partitions
+    that hold a row of an id already in silver (a copy landed in an earlier run) are read,
+    merged (:func:`~cloud_spark.jobs.silver_merge.merge`) and overwritten. After an
+    interrupted run (``redo``) every touched partition is merged, since the dead run may
+    have written some of these rows already.
+    """
+    new_ledger = frames["messages"]
+    ledger_dates = _partitions(new_ledger, "event_date")
+    old_ledger = tables.read_table(spark, out, "messages").where(
+        F.col("event_date").isin(ledger_dates)
+    )
+    resolution = sm.resolve(old_ledger, new_ledger).persist(StorageLevel.MEMORY_AND_DISK)
+    resolution.count()  # materialized now: the ledger it reads is rewritten below
+    seen = F.broadcast(resolution.select(*ID))
+    touched: set[Any] = set()
+    try:
+        for name, frame in frames.items():
+            column = tables.TABLES[name].partition_by[0]
+            new = tables.conform(frame, tables.TABLES[name].schema).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
+            dates = set(_partitions(new, column))
+            if name != "quarantine":
+                touched |= dates
+            if not redo:
+                dates = set(_partitions(new.join(seen, ID, "left_semi"), column))
+            if name == "quarantine":
+                dates |= set(_partitions(resolution, "_old_quarantine_date"))
+            in_merge = F.col(column).isin(list(dates))
+            if dates:
+                existing = tables.read_table(spark, out, name).where(in_merge)
+                merged = sm.merge(existing, new.where(in_merge), resolution)
+                tables.write_table(merged, out, name)
+            tables.append_table(new.where(~in_merge), out, name)
+            new.unpersist()
+    finally:
+        resolution.unpersist()
+    return sorted(touched)
+
+
+def run(spark: SparkSession, root: str, out: str, params: SilverParams) -> dict[str, Any]:
+    """Process the bronze files not processed yet (all of them with ``params.full``).
+
+    Extract the new files, transform, then load: a full run replaces every silver table,
+    an incremental run merges into the partitions the new rows touch. The manifest of
+    processed files is committed last (see :mod:`cloud_spark.bronze_files`). Returns the
+    counts of this run's rows.
+    """
+    return process(spark, root, out, params, bf.list_bronze(spark, root))
+
+
+def process(
+    spark: SparkSession,
+    root: str,
+    out: str,
+    params: SilverParams,
+    listed: list[bf.BronzeFile],
+) -> dict[str, Any]:
+    """:func:`run` on a given listing (files may have vanished since it was taken)."""
+    done = bf.processed(spark, out)
+    full = params.full or not done
+    todo = listed if full else [f for f in listed if f.rel not in done]
+    reasons = _inspect(spark, root, todo)
+    unread = (bf.REASON_EMPTY, bf.REASON_VANISHED)
+    readable = [f.rel for f in todo if reasons.get(f.rel) not in unread]
+    run_id = bf.new_run_id()
+    parsed = parse(tables.read_bronze(spark, root, readable), params)
     parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         frames = _split(parsed, params)
-        for name, frame in frames.items():
-            tables.write_table(frame, out, name)
+        if full:
+            for name, frame in frames.items():
+                tables.write_table(frame, out, name, replace_whole=True)
+            touched = []
+        else:
+            redo = bf.interrupted(spark, out)
+            bf.mark_pending(spark, out, run_id)
+            touched = _load_incremental(spark, out, frames, redo=redo)
         counts = (
             parsed.groupBy(F.col("reason").isNull().alias("ok"), "kind")
             .agg(F.count(F.lit(1)).alias("rows"), F.sum("copies").alias("copies"))
@@ -255,13 +360,20 @@ def run(spark: SparkSession, root: str, out: str, params: SilverParams) -> dict[
         late = frames["points"].where(F.col("is_late")).count()
     finally:
         parsed.unpersist()
-    result = {"rows": 0, "bronze_rows": 0, "quarantined": 0, "late": late}
+    for rel in readable:  # gone while the run read: Spark skipped it (ignoreMissingFiles)
+        if not bf.exists(spark, root, rel):
+            reasons[rel] = bf.REASON_VANISHED
+    bf.commit(spark, out, run_id, todo, reasons, touched, full=full)
+    result: dict[str, Any] = {"rows": 0, "bronze_rows": 0, "quarantined": 0, "late": late}
     for row in counts:
         result["rows"] += row["rows"]
-        result["bronze_rows"] += row["copies"]
+        result["bronze_rows"] += row["copies"] or 0
         if not row["ok"]:
             result["quarantined"] += row["rows"]
         else:
             result[row["kind"]] = result.get(row["kind"], 0) + row["rows"]
     result["duplicates_removed"] = result["bronze_rows"] - result["rows"]
+    result["mode"] = "full" if full else "incremental"
+    result["files"] = len(todo)
+    result["files_skipped"] = dict(Counter(reasons.values()))
     return result

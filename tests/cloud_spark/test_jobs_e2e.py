@@ -80,7 +80,7 @@ def test_all_jobs_then_report(spark: SparkSession, landed: tuple[Path, Path, Man
     assert results["quality"]["missing_seq"] == 0
     assert results["availability"]["device_outages"] >= 1
     assert results["availability"]["link_outages"] >= 1
-    assert set(results["rollups"]) == {"1m", "15m", "1h", "1d"}
+    assert set(results["rollups"]) == {"1m", "15m", "1h", "1d", "recomputed_days"}
     report = json.loads((out / "report.json").read_text())
     assert report == results["report"]
     assert report["bronze_rows"] == m.rows
@@ -95,14 +95,17 @@ def test_all_jobs_then_report(spark: SparkSession, landed: tuple[Path, Path, Man
     assert {f"{r['gateway']}/{r['epoch']}": r["last_seq"] for r in seq} == m.last_seq
 
 
-def test_a_rerun_rewrites_the_same_rows(
+def test_a_rerun_reads_nothing_new_and_a_full_rerun_rewrites_the_same_rows(
     spark: SparkSession, landed: tuple[Path, Path, Manifest]
 ) -> None:
     root, out, m = landed
     before = {name: read_table(spark, str(out), name).collect() for name in ("points", "messages")}
     params = job_params("silver", argparse.Namespace())
-    result = run_job("silver", spark, str(root), str(out), params)
-    assert result["rows"] == m.distinct_ids + m.no_id
+    again = run_job("silver", spark, str(root), str(out), params)
+    assert (again["mode"], again["files"], again["rows"]) == ("incremental", 0, 0)
+    full = job_params("silver", argparse.Namespace(full=True))
+    result = run_job("silver", spark, str(root), str(out), full)
+    assert (result["mode"], result["rows"]) == ("full", m.distinct_ids + m.no_id)
     for name, rows in before.items():
         assert len(rows) > 0
         assertDataFrameEqual(read_table(spark, str(out), name), rows)
@@ -119,4 +122,5 @@ def test_a_silver_run_over_missing_bronze_writes_empty_tables(
         job_params("silver", argparse.Namespace()),
     )
     assert result == {"rows": 0, "bronze_rows": 0, "quarantined": 0, "late": 0,
-                      "duplicates_removed": 0}
+                      "duplicates_removed": 0, "mode": "full", "files": 0,
+                      "files_skipped": {}}

@@ -261,3 +261,49 @@ def test_module_entry_rejects_a_bad_broker_address(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "expected HOST:PORT" in done.stderr
+
+
+def test_two_landers_in_a_share_group_each_killed_once_land_every_id_once(
+    spark: SparkSession, mosquitto: Mosquitto, tmp_path: Path, landers: list
+) -> None:
+    """Scale-out: ``--share`` splits the stream; each lander is SIGKILLed once and restarted."""
+    root, out = tmp_path / "landing", tmp_path / "tables"
+    n = 600
+    flags = ("--share", "landers", "--roll-seconds", "0.2", "--receive-maximum", "50")
+    running = {name: Lander(mosquitto, root, name, *flags) for name in ("lander-a", "lander-b")}
+    landers.extend(running.values())
+    uplinks = [Uplink(mosquitto, v5=True), Uplink(mosquitto, v5=False)]
+
+    def publish() -> None:
+        for start in range(1, n + 1, 25):
+            for uplink in uplinks:
+                uplink.send_all(list(range(start, min(start + 25, n + 1))))
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    for name, after in (("lander-a", n // 2), ("lander-b", n)):
+        deadline = time.monotonic() + 60
+        while len(bronze_ids(root)) < after:
+            assert time.monotonic() < deadline, f"too little landed before killing {name}"
+            time.sleep(0.02)
+        running[name].kill()  # mid-stream: the publisher is still going
+        running[name] = Lander(mosquitto, root, name, *flags)
+        landers.append(running[name])
+    publisher.join(timeout=120)
+    expected = {(u.gateway, seq) for u in uplinks for seq in range(1, n + 1)}
+    wait_for_ids(root, expected, timeout=60)
+    for lander in running.values():
+        assert lander.terminate() == 0
+    for uplink in uplinks:
+        uplink.close()
+
+    assert set(bronze_ids(root)) == expected
+    files = [path.name for path in root.glob("bronze/*/*/part-*.json.gz")]
+    assert all(any(name in file for file in files) for name in running)  # both shared the work
+    result = run_job(
+        "silver", spark, str(root), str(out), job_params("silver", argparse.Namespace())
+    )
+    assert result["rows"] == 2 * n
+    messages = read_table(spark, str(out), "messages")
+    assert messages.count() == messages.select("gateway", "seq").distinct().count() == 2 * n
+    assert read_table(spark, str(out), "points").count() == 2 * n

@@ -94,3 +94,7 @@ def test_render_says_whether_anything_was_lost() -> None:
     assert "  invalid_json" in text
     assert text.endswith("OK: nothing lost")
     assert render({**summary, "missing_seq": 3}, {}).endswith("MISSING MESSAGES")
+    assert "bronze files skipped" not in text
+    skipped = render(summary, {}, {"truncated_gzip": 1, "empty_file": 2})
+    assert "bronze files skipped          3" in skipped
+    assert "  truncated_gzip                        1" in skipped
