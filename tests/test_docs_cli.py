@@ -200,7 +200,7 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
     **{line: (Synopsis(),) for line in (
         "python -m cloud_spark land --broker HOST:PORT --topic FILTER [--topic FILTER …]",
         "python -m cloud_spark silver       --root PATH --out PATH [--prefix P] "
-        "[--uplink-topic T] [--late-after-s S]",
+        "[--uplink-topic T] [--late-after-s S] [--full]",
         "python -m cloud_spark rollups      --out PATH [--grains 1m,15m,1h,1d] [--max-hold-s S] "
         "[--qualities good,uncertain]",
         "python -m cloud_spark availability --out PATH [--expected-interval-s S] "
@@ -210,7 +210,7 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         "python -m cloud_spark health       --out PATH [--window-s S]",
         "python -m cloud_spark report       --out PATH [--json FILE]",
         "python -m cloud_spark all          --root PATH --out PATH [--prefix P] "
-        "[--uplink-topic T]",
+        "[--uplink-topic T] [--full]",
     )},
     "python -m cloud_spark report --out s3a://bucket/tables --json /tmp/report.json": (
         NotRunnable("needs an S3 bucket (no network here) and a Spark session, tens of seconds; "
