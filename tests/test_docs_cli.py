@@ -381,7 +381,10 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Machine:
     (bin_dir / "outpost").write_text(f'#!/bin/sh\nexec {sys.executable} -m gateway "$@"\n',
                                      encoding="utf-8")
     (bin_dir / "outpost").chmod(0o755)
-    (bin_dir / "python").symlink_to(sys.executable)
+    # A wrapper, not a symlink: a venv's python finds its site-packages (pyvenv.cfg) only when
+    # it is started from its own directory.
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n', encoding="utf-8")
+    (bin_dir / "python").chmod(0o755)
     status_port = free_port()
     (etc / "outpost.toml").write_text(
         f'gateway_id = "docs-gateway"\n\n[status]\nbind = "127.0.0.1:{status_port}"\n',
