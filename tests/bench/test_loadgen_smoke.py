@@ -56,7 +56,11 @@ def test_throughput_counts(mosquitto: compare.Broker, name: str, subscribers: in
     assert r["lost"] == sent * subscribers - delivered
     assert r["errors"] == 0
     assert isinstance(r["delivered_per_s"], int)
-    assert r["delivered_per_s"] > 0
+    # The window's rate counts a subset of all deliveries (a loaded machine may deliver none
+    # inside a one-second window: the rate is a figure, not a pass/fail here).
+    window = r["window_s"]
+    assert isinstance(window, float) and window > 0
+    assert r["delivered_per_s"] * window <= delivered + window
     assert "loadgen_cpu_pct" in r
 
 

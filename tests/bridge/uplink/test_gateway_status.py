@@ -42,7 +42,8 @@ def test_online_then_will_on_sigkill_then_online_again(
 ) -> None:
     config = uplink_config(cloud.port, protocol=protocol)
     gateway = broker_factory(config)
-    wait_for(lambda: "uplink cloud: connected" in gateway.log())
+    # logged after the online status was acknowledged (and the inbound filters subscribed)
+    wait_for(lambda: "uplink cloud: inbound subscribed" in gateway.log())
     first = retained(cloud.port, STATUS)
     assert (first.payload, first.retain, first.qos) == (b"online", True, 1)
     live = Recorder(cloud.port, STATUS).start()

@@ -182,7 +182,8 @@ def test_inbound_commands_arrive_locally_and_are_not_echoed(
     local = Recorder(gateway.port, "devices/#", v5=False).start()
     echo = Recorder(cloud.port, "site7/#").start()
     try:
-        wait_for(lambda: "uplink cloud: connected" in gateway.log())
+        # a command published before the uplink's subscription exists reaches nobody
+        wait_for(lambda: "uplink cloud: inbound subscribed: cmd/site7/#" in gateway.log())
         client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
         client.connect("127.0.0.1", cloud.port)
         client.loop_start()
