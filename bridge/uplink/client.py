@@ -264,13 +264,12 @@ class RemoteLink:
             self._set_connected(True, address)
             try:
                 await self._announce(client, STATUS_ONLINE, PUBACK_TIMEOUT)
-                filters = [rule.filter for rule in self.config.inbound
-                           if rule.remote == remote.name]
-                for rule in self.config.inbound:
-                    if rule.remote == remote.name:
-                        await client.subscribe(rule.filter, qos=rule.qos)
-                if filters:  # from here on, commands from the cloud reach the gateway
-                    log.info("uplink %s: inbound subscribed: %s", remote.name, ", ".join(filters))
+                rules = [rule for rule in self.config.inbound if rule.remote == remote.name]
+                for rule in rules:
+                    await client.subscribe(rule.filter, qos=rule.qos)
+                if rules:  # from here on, commands from the cloud reach the gateway
+                    log.info("uplink %s: inbound subscribed: %s", remote.name,
+                             ", ".join(rule.filter for rule in rules))
                 async with asyncio.TaskGroup() as group:
                     group.create_task(self._drain(client), name=f"uplink-drain-{remote.name}")
                     group.create_task(self._inbound(client), name=f"uplink-inbound-{remote.name}")
