@@ -413,7 +413,7 @@ class Broker:
         """Bytes written to a client socket (`$SYS/broker/bytes/sent`)."""
         self.sys.bytes_sent += size
 
-    # Admission (gateway/broker/net/listeners.py) refuses or delays before the broker sees a
+    # Admission (gateway/broker/net/admission.py) refuses or delays before the broker sees a
     # CONNECT; the counts are the broker's, for `$SYS` and the status page.
 
     def count_refused_rate(self) -> None:
