@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
 import sys
 import tomllib
 from pathlib import Path
@@ -83,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "[status] bind of --config, else of /etc/outpost/outpost.toml)")
     status.add_argument("--config", type=Path, help="TOML configuration file")
     status.add_argument("--json", action="store_true", help="print the raw /status JSON")
+    status.add_argument("--user", help="user name for an endpoint with a password file (the "
+                        "password from $OUTPOST_STATUS_PASSWORD, else asked)")
+    status.add_argument("--ca-file", type=Path, help="CA certificate(s) to check an https --url "
+                        "with (default: the system's; through --config: the configured "
+                        "tls_cert itself)")
 
     bridge_cli.add_parser(sub)  # outpost modbus plan|probe
     _add_update_parser(sub)
@@ -233,11 +239,19 @@ def cmd_db(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """`outpost status`: fetch /status from the running gateway and print a summary."""
     import json
+    import ssl
 
     from gateway.appliance.status import render_text
-    from gateway.appliance.status_http import StatusUnavailableError, fetch_status
+    from gateway.appliance.status_client import (
+        CredentialsNeededError,
+        StatusUnavailableError,
+        fetch_status,
+        pinned_context,
+    )
 
     url = args.url
+    context = None if args.ca_file is None else ssl.create_default_context(
+        cafile=str(args.ca_file))
     if url is None:
         path = config_path(args.config)
         try:
@@ -253,12 +267,28 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 1
         host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(status_config.host,
                                                         status_config.host)
-        url = f"http://{f'[{host}]' if ':' in host else host}:{status_config.port}"
+        scheme = "http" if status_config.tls_cert is None else "https"
+        url = f"{scheme}://{f'[{host}]' if ':' in host else host}:{status_config.port}"
+        if status_config.tls_cert is not None and context is None:
+            context = pinned_context(status_config.tls_cert)
         source = f" (bind {status_config.bind} from {where})"
     else:
         source = ""
+    credentials = None
+    if args.user is not None:
+        password = os.environ.get("OUTPOST_STATUS_PASSWORD")
+        if password is None:
+            import getpass
+
+            password = getpass.getpass(f"password of {args.user}: ")
+        credentials = (args.user, password)
     try:
-        status = fetch_status(url)
+        status = fetch_status(url, context=context, credentials=credentials)
+    except CredentialsNeededError as exc:
+        print(f"outpost status: {exc}{source}", file=sys.stderr)
+        print("  give one of the users of [status] password_file: outpost status --user NAME "
+              "(password from $OUTPOST_STATUS_PASSWORD, else asked)", file=sys.stderr)
+        return 1
     except StatusUnavailableError as exc:
         print(f"outpost status: {exc}{source}", file=sys.stderr)
         print("  is outpost running (systemctl status outpost) with [status] enabled?",
