@@ -175,14 +175,10 @@ def cmd_update(args: argparse.Namespace) -> int:
         if args.update_command == "status":
             print(update.format_status(update.read_status(device), as_json=args.json))
             return 0
+        if args.update_command == "run-request":
+            return _run_request(args, say)
         config = load_config(config_path(args.config))
         state_dir = args.state_dir or config.storage.state_dir or DEFAULT_STATE_DIR
-        if args.update_command == "run-request":
-            if args.download_dir is not None:
-                device = update.Device(download_dir=args.download_dir)
-            return update_runner.run_request(Spool(state_dir), device,
-                                             config.remote_update.ca_file,
-                                             not args.no_reboot, say)
         good = update.health_check(config, args.state_dir, device, args.deadline, say,
                                    reboot=not args.no_reboot)
         if config.remote_update.enabled:  # the gateway reports the running slot to the cloud
@@ -194,6 +190,26 @@ def cmd_update(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         _print_config_errors(exc)
         return 2
+
+
+def _run_request(args: argparse.Namespace, say: update.Progress) -> int:
+    """`outpost update run-request`: a request is always settled (installed or failed, and
+    removed), even when the configuration cannot be read: the path unit would start the
+    runner again for as long as the request file is there."""
+    device = update.Device()
+    if args.download_dir is not None:
+        device = update.Device(download_dir=args.download_dir)
+    try:
+        config = load_config(config_path(args.config))
+    except ConfigError as exc:
+        _print_config_errors(exc)
+        spool = Spool(args.state_dir or DEFAULT_STATE_DIR)
+        update_runner.fail_request(spool, f"{exc.source}: invalid configuration: "
+                                   + "; ".join(exc.errors), say)
+        return 2
+    state_dir = args.state_dir or config.storage.state_dir or DEFAULT_STATE_DIR
+    return update_runner.run_request(Spool(state_dir), device, config.remote_update.ca_file,
+                                     not args.no_reboot, say)
 
 
 def _with_listeners(config: Config, listen: list[str] | None) -> Config:

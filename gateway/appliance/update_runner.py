@@ -91,6 +91,10 @@ def run_request(spool: Spool, device: update.Device, ca_file: Path | None, reboo
     except update.UpdateError as exc:
         request.update(state="failed", error=str(exc))
         return _finish(spool, state, request, say)
+    except Exception as exc:  # settle the request whatever failed: the path unit would loop
+        request.update(state="failed", error=f"{type(exc).__name__}: {exc}")
+        _finish(spool, state, request, say)
+        raise
     request.update(state="installed", version=info.version,
                    detail=f"installed {info.version}" + ("; rebooting into it" if reboot else
                                                            "; active after the next reboot"))
@@ -98,6 +102,21 @@ def run_request(spool: Spool, device: update.Device, ca_file: Path | None, reboo
     if reboot:
         update.reboot_into_new_slot(device, say)
     return code
+
+
+def fail_request(spool: Spool, error: str, say: update.Progress) -> int:
+    """Settle the spooled request (if any) as failed with `error`, without running it."""
+    state = _read_state(spool, say)
+    try:
+        raw = read_json(spool.request) or {}
+    except ValueError:
+        raw = {}
+    if not spool.request.exists() and not spool.request.is_symlink():
+        say(f"no update request ({spool.request})")
+        return 0
+    request_id = raw.get("id") if isinstance(raw.get("id"), str) else None
+    return _finish(spool, state, {"id": request_id, "url": raw.get("url"), "state": "failed",
+                                  "error": error}, say)
 
 
 def _read_state(spool: Spool, say: update.Progress) -> dict[str, Any]:

@@ -306,3 +306,21 @@ def test_the_runner_follows_no_link_in_the_spool(tmp_path: Path) -> None:
     assert run_request(spool, device, None, False, lines.append) == 1
     assert "unreadable request" in json.loads(spool.state.read_text())["request"]["error"]
     assert not spool.request.exists() and secret.exists()
+
+
+def test_the_runner_settles_the_request_when_the_configuration_is_invalid(tmp_path: Path
+                                                                          ) -> None:
+    """Else the path unit would start it again for as long as the request file is there."""
+    spool = Spool(tmp_path / "state")
+    spool.state_dir.mkdir()
+    write_json(spool.request, {"id": "r5", "url": "https://h/b.raucb", "sha256": "a" * 64})
+    config = tmp_path / "outpost.toml"
+    config.write_text("[remote_update]\nenabled = 7\n")
+    result = run_request_command(config, spool.state_dir, tmp_path / "download")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "remote_update.enabled" in result.stderr
+    state = json.loads(spool.state.read_text())
+    assert state["request"]["state"] == "failed" and state["request"]["id"] == "r5"
+    assert "invalid configuration" in state["request"]["error"]
+    assert not spool.request.exists()
+    assert run_request_command(config, spool.state_dir, tmp_path / "d").returncode == 2  # idle
