@@ -197,8 +197,6 @@ class RemoteUpdateService:
             request = {"id": pending.get("id"), "url": pending.get("url"),
                        "sha256": pending.get("sha256"), "state": "accepted",
                        "detail": "waiting for the installer", "ts": pending.get("accepted")}
-        if isinstance(request, dict):
-            request = {k: v for k, v in request.items() if k != "sha256" or v}
         try:
             running = read_json(self.spool.running) or {}
         except ValueError:

@@ -174,7 +174,8 @@ def test_commands_are_checked_spooled_installed_and_reported(
         watcher.refusal("r1", "request r1 already completed (failed at ")
         assert not spool.request.exists()
 
-        # The right sha256: downloaded and checked, then RAUC's step fails on this machine.
+        # The right sha256: downloaded and checked, then RAUC's step fails on this machine,
+        # which has no /etc/rauc/system.conf.
         send(cloud.port, command(url, request_id="r3"))
         watcher.request("r3", "accepted")
         result = run_request_command(config, state, download)
@@ -184,13 +185,30 @@ def test_commands_are_checked_spooled_installed_and_reported(
                                    "No such file or directory"), failed
         assert "download 1 MiB (100%)" in result.stdout  # the progress lines, also in the spool
         assert list(download.iterdir()) == []
+
+        # The runner given a system.conf (the device's, as update.Device holds it): the real
+        # `rauc info` refuses the download, which is no bundle, and its error is reported.
+        rauc = require("rauc")
+        (tmp_path / "system.conf").write_text(
+            f"[system]\ncompatible=outpost-x86-64\n[keyring]\npath={https_server.ca_file}\n")
+        device = update.Device(rauc=rauc, system_conf=tmp_path / "system.conf",
+                               download_dir=download, last_install=tmp_path / "last.json")
+        send(cloud.port, command(url, request_id="r4"))
+        watcher.request("r4", "accepted")
+        lines: list[str] = []
+        assert run_request(spool, device, https_server.ca_file, False, lines.append) == 1
+        failed = watcher.request("r4", "failed")["request"]
+        assert failed["error"].startswith(f"{download / 'bundle.raucb'}: refused: Invalid "
+                                          "bundle format"), failed
+        assert json.loads(device.last_install.read_text())["error"] == failed["error"]
+        assert list(download.iterdir()) == [] and not spool.request.exists()
         assert process.process.poll() is None  # the gateway runs on
     finally:
         watcher.recorder.stop()
     # Retained: a consumer that subscribes now sees the last outcome at once.
     late = Cloud(cloud.port)
     try:
-        assert wait_for(lambda: late.on(REPORT))[0]["request"]["id"] == "r3"
+        assert wait_for(lambda: late.on(REPORT))[0]["request"]["id"] == "r4"
     finally:
         late.recorder.stop()
 
