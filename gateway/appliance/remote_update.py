@@ -2,10 +2,11 @@
 
 How this works: an in-process link subscribes to the local topics the uplink's inbound rules
 map the remote command topic to (`command_local_topics`). A command counts only when the
-uplink's inbound link published it: one from a local client (which the ACL let publish
-there) is refused, so only the cloud can trigger an update. A command is checked
-(`parse_command`), refused while a request is pending ("busy") or when its id already
-completed, and otherwise written as the spool's request file; the root runner
+uplink's inbound link published it (its client id, on an in-process connection): one from
+a local client (which the ACL let publish there) is refused, so only the cloud can trigger
+an update. A command is checked (`parse_command`), refused while a request is pending
+("busy") or when its id already completed, and otherwise written as the spool's request
+file; the root runner
 (outpost-update.service, started by a path unit) takes it from there. This process never runs
 RAUC: it runs as the unprivileged service user.
 
@@ -75,6 +76,7 @@ class RemoteUpdateService:
         self.spool = spool
         self.report = report
         self.link: Link | None = None
+        self.broker: Broker | None = None
         self.task: asyncio.Task[None] | None = None
         self.refused = 0
         self._seen: tuple[Any, ...] | None = None
@@ -84,6 +86,7 @@ class RemoteUpdateService:
     def start(self, broker: Broker) -> None:
         """Subscribe to the command topics and start reporting."""
         self._loop = asyncio.get_running_loop()
+        self.broker = broker
         self.link = Link(broker, CLIENT_ID, self._loop.time, self._on_message)
         for topic in self.local_topics:
             self.link.subscribe(topic, qos=1)
@@ -101,13 +104,19 @@ class RemoteUpdateService:
             self.link.close()
 
     def _on_message(self, message: Message, qos: int, retain: bool) -> None:
-        # Called inside the broker's publish: the work (a file written) happens after it.
-        assert self._loop is not None
-        self._loop.call_soon(self.handle, message)
+        # Called inside the broker's publish, while the publisher is connected: whether it is
+        # the uplink's inbound link is decided now; the work (a file written) happens after.
+        assert self._loop is not None and self.broker is not None
+        session = self.broker.sessions.get(message.origin or "")
+        connection = session.connection if session is not None else None
+        # A network client may choose the inbound link's client id: it is not the uplink.
+        from_uplink = (message.origin == INBOUND_CLIENT_ID and connection is not None
+                       and connection.listener == "link")
+        self._loop.call_soon(self.handle, message, from_uplink)
 
-    def handle(self, message: Message) -> None:
+    def handle(self, message: Message, from_uplink: bool) -> None:
         """One command: refused (reported and logged), or spooled for the root runner."""
-        if message.origin != INBOUND_CLIENT_ID:
+        if not from_uplink:
             self._refuse(None, "refused: update commands are taken from the cloud through "
                          f"the uplink only, not from local client {clip(message.origin)}",
                          local=True)

@@ -237,6 +237,26 @@ def test_reports_are_published_again_after_a_reconnect(
     assert Spool(state).request.exists()
 
 
+def test_a_local_client_with_the_inbound_links_client_id_is_not_the_uplink(
+        cloud: Mosquitto, https_server: Server, gateway: tuple[BrokerProcess, Path, Path]
+        ) -> None:
+    process, state, _config = gateway
+    watcher = Cloud(cloud.port)
+    try:
+        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="$outpost-uplink-inbound",
+                             protocol=mqtt.MQTTv311)
+        client.connect("127.0.0.1", process.port)
+        client.loop_start()
+        payload = command(f"{https_server.base}/bundle.raucb", request_id="spoof")
+        client.publish(COMMAND, payload, qos=1).wait_for_publish(10)
+        client.loop_stop()
+        client.disconnect()
+        watcher.refusal(None, "not from local client $outpost-uplink-inbound")
+    finally:
+        watcher.recorder.stop()
+    assert not Spool(state).request.exists()
+
+
 @pytest.mark.parametrize(("payload", "error"), [
     (b"[1]", "not a JSON object but list"),
     (b"\xff", "not JSON"),
