@@ -6,9 +6,8 @@ uplink's inbound link published it (its client id, on an in-process connection):
 a local client (which the ACL let publish there) is refused, so only the cloud can trigger
 an update. A command is checked (`parse_command`), refused while a request is pending
 ("busy") or when its id already completed, and otherwise written as the spool's request
-file; the root runner
-(outpost-update.service, started by a path unit) takes it from there. This process never runs
-RAUC: it runs as the unprivileged service user.
+file; the root runner (outpost-update.service, started by a path unit) takes it from there.
+This process never runs RAUC: it runs as the unprivileged service user.
 
 Reports: once a second the spool's files are looked at (a stat each); when one changed, the
 report (the running version and slot, the latest request and its state) is published retained
