@@ -3,8 +3,9 @@
 How this works: the composition layer creates the outbox and the `UplinkHook` before the broker
 (the hook must see every publish), then `UplinkService.start` once the broker runs. The service
 wakes the drain loops when the hook appends and publishes `$SYS/outpost/uplink` (JSON, the cloud
-contract's fields) every `status_interval`. Each link logs the backlog (messages, bytes, oldest
-age, drops so far) when it connects or loses its connection.
+contract's fields) every `status_interval`. `publish_gateway_status` hands a gateway status
+subtopic (the remote update trigger's reports) to every link. Each link logs the backlog
+(messages, bytes, oldest age, drops so far) when it connects or loses its connection.
 """
 
 from __future__ import annotations
@@ -65,6 +66,12 @@ class UplinkService:
             len(self.config.remotes), len(self.config.forward), len(self.config.inbound),
             self.outbox.stats().messages,
         )
+
+    def publish_gateway_status(self, subtopic: str, payload: bytes, retain: bool) -> None:
+        """Publish on `<status_topic>/<subtopic>` of every remote that has a status topic
+        (retained: kept and published again after every reconnect)."""
+        for link in self.links:
+            link.offer_status(subtopic, payload, retain)
 
     def status(self) -> dict[str, Any]:
         """Backlog and link figures (contract fields plus per-remote details)."""

@@ -21,8 +21,9 @@ from pydantic import ValidationError
 
 from bridge import cli as bridge_cli
 from gateway import __version__
-from gateway.appliance import update
+from gateway.appliance import update, update_runner
 from gateway.appliance.config import Config, load_config, secret_warnings
+from gateway.appliance.update_command import Spool
 from gateway.base.hostport import parse_host_port
 from gateway.base.settings import ConfigError
 from gateway.broker.contracts.config import ListenerConfig
@@ -139,6 +140,17 @@ def _add_update_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     install.add_argument("--sha256", help="the bundle's expected sha256 (hex)")
     install.add_argument("--no-reboot", action="store_true",
                          help="install, but leave the reboot into the new slot for later")
+    request = update_sub.add_parser(
+        "run-request", help="install the request the gateway spooled from a remote update "
+        "command (outpost-update.service runs this as root), report into the spool")
+    request.add_argument("--config", type=Path, help="for [remote_update] ca_file (default: "
+                         f"{DEFAULT_CONFIG} if present)")
+    request.add_argument("--state-dir", type=Path, help="the spool: default [storage] "
+                         f"state_dir, else {DEFAULT_STATE_DIR}")
+    request.add_argument("--download-dir", type=Path,
+                         help="where the bundle is downloaded (default /var/cache/outpost-update)")
+    request.add_argument("--no-reboot", action="store_true",
+                         help="install, but leave the reboot into the new slot for later")
     status = update_sub.add_parser("status", help="booted slot, versions, last install, "
                                    "whether the running slot is committed")
     status.add_argument("--json", action="store_true", help="print JSON")
@@ -153,7 +165,8 @@ def _add_update_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def cmd_update(args: argparse.Namespace) -> int:
-    """`outpost update install|status|health-check`: gateway.appliance.update does the work."""
+    """`outpost update install|run-request|status|health-check`: gateway.appliance.update
+    and update_runner do the work."""
     device = update.Device()
 
     def say(line: str) -> None:
@@ -168,9 +181,14 @@ def cmd_update(args: argparse.Namespace) -> int:
         if args.update_command == "status":
             print(update.format_status(update.read_status(device), as_json=args.json))
             return 0
+        if args.update_command == "run-request":
+            return _run_request(args, say)
         config = load_config(config_path(args.config))
+        state_dir = args.state_dir or config.storage.state_dir or DEFAULT_STATE_DIR
         good = update.health_check(config, args.state_dir, device, args.deadline, say,
                                    reboot=not args.no_reboot)
+        if config.remote_update.enabled:  # the gateway reports the running slot to the cloud
+            update_runner.record_running(Spool(state_dir), device, say)
         return 0 if good else 1
     except update.UpdateError as exc:
         print(f"outpost update: {exc}", file=sys.stderr)
@@ -178,6 +196,26 @@ def cmd_update(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         _print_config_errors(exc)
         return 2
+
+
+def _run_request(args: argparse.Namespace, say: update.Progress) -> int:
+    """`outpost update run-request`: a request is always settled (installed or failed, and
+    removed), even when the configuration cannot be read: the path unit would start the
+    runner again for as long as the request file is there."""
+    device = update.Device()
+    if args.download_dir is not None:
+        device = update.Device(download_dir=args.download_dir)
+    try:
+        config = load_config(config_path(args.config))
+    except ConfigError as exc:
+        _print_config_errors(exc)
+        spool = Spool(args.state_dir or DEFAULT_STATE_DIR)
+        update_runner.fail_request(spool, f"{exc.source}: invalid configuration: "
+                                   + "; ".join(exc.errors), say)
+        return 2
+    state_dir = args.state_dir or config.storage.state_dir or DEFAULT_STATE_DIR
+    return update_runner.run_request(Spool(state_dir), device, config.remote_update.ca_file,
+                                     not args.no_reboot, say)
 
 
 def _with_listeners(config: Config, listen: list[str] | None) -> Config:
