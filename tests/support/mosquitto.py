@@ -81,6 +81,10 @@ class Mosquitto:
             "log_dest stderr",
             "log_type error",
             "log_type warning",
+            # Started as root (CI), mosquitto drops to the user `mosquitto`, which cannot write
+            # its persistence file into a root-owned temporary directory: the "persistent"
+            # broker would come back from a restart empty.
+            *(["user root"] if os.geteuid() == 0 else []),
             *self.extra_config,
         ]
         self.config_path.write_text("\n".join(lines) + "\n")
