@@ -313,7 +313,7 @@ class RemoteLink:
             return None
         properties = None
         if self.remote.protocol == 5:
-            properties = PahoProperties(PacketTypes.WILLMESSAGE)
+            properties = PahoProperties(PacketTypes.WILLMESSAGE)  # type: ignore[no-untyped-call]
             properties.UserProperty = list(self._status_properties(None))
         return aiomqtt.Will(self.status_topic, STATUS_OFFLINE, qos=1, retain=True,
                             properties=properties)
