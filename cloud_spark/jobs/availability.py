@@ -8,7 +8,10 @@ How this works:
   device: the retained ``online``/``offline`` the uplink keeps on the cloud broker, whose
   ``offline`` the cloud broker publishes as the will when the gateway dies). An outage runs
   from the first ``offline`` to the next ``online`` (or is open until the horizon); repeated
-  copies of one status change nothing.
+  copies of one status change nothing. The uplink's diagnostics (through the outbox, so
+  complete) tell a dead gateway from a lost link: an ``offline`` the gateway outlived (it
+  reported between that ``offline`` and the next ``online``, or reported ``connected =
+  false`` just before) was about the link (a broken connection, a stopped cloud broker).
 * **Gateway runs.** The gateway's ``offline`` events cut each device's status stream into
   runs. The bridge publishes every device ``offline`` when it starts (the device is not
   polled yet) and when it stops: the first status of a device in a run, when ``offline``, is
@@ -68,6 +71,9 @@ class AvailabilityParams:
     link_min_messages: int = 10
     #: a device ``offline`` this close before its gateway's ``offline`` is the bridge stopping
     shutdown_window_ms: int = 5_000
+    #: a gateway ``offline`` this soon after the gateway reported ``connected = false`` is
+    #: about the link, not the gateway
+    alive_window_ms: int = 60_000
     #: recompute everything (``--full``), not only the days new silver data touched
     full: bool = False
 
@@ -116,8 +122,19 @@ def _runs_of(events: DataFrame, keys: list[str], up: Column) -> DataFrame:
     )
 
 
-def gateway_outages(status: DataFrame, horizon_df: DataFrame) -> DataFrame:
-    """Gateway outages: first ``offline`` to next ``online``, cut at the horizon."""
+def gateway_outages(
+    status: DataFrame,
+    horizon_df: DataFrame,
+    uplink: DataFrame | None = None,
+    alive_window_ms: int = 60_000,
+) -> DataFrame:
+    """Gateway outages: first ``offline`` to next ``online``, cut at the horizon.
+
+    With the uplink's diagnostics (``uplink``), an ``offline`` the gateway outlived is no
+    gateway outage: it reported diagnostics before the next ``online``, or it reported
+    ``connected = false`` within ``alive_window_ms`` before (the cloud broker published its
+    will because the link broke or the broker stopped; that is a link outage).
+    """
     events = (
         gateway_status(status)
         .select("gateway", "event_ms", "status")
@@ -125,7 +142,7 @@ def gateway_outages(status: DataFrame, horizon_df: DataFrame) -> DataFrame:
         .withColumn("_tie", F.when(F.col("status") == c.STATUS_OFFLINE, 1).otherwise(0))
     )
     runs = _runs_of(events, ["gateway"], F.col("status") == c.STATUS_ONLINE).crossJoin(horizon_df)
-    return runs.where(F.col("start_ms") < F.col("horizon_ms")).select(
+    found = runs.where(F.col("start_ms") < F.col("horizon_ms")).select(
         "gateway",
         "start_ms",
         F.when(F.col("open"), F.col("horizon_ms"))
@@ -133,6 +150,19 @@ def gateway_outages(status: DataFrame, horizon_df: DataFrame) -> DataFrame:
         .alias("end_ms"),
         (F.col("open") | (F.col("end_ms") > F.col("horizon_ms"))).alias("open"),
     )
+    if uplink is None:
+        return found
+    reports = uplink.select("gateway", F.col("event_ms").alias("_r_ms"), "connected")
+    inside = (F.col("_r_ms") > F.col("start_ms")) & (F.col("_r_ms") < F.col("end_ms"))
+    lost_before = (
+        ~F.col("connected")
+        & (F.col("_r_ms") <= F.col("start_ms"))
+        & (F.col("_r_ms") > F.col("start_ms") - F.lit(alive_window_ms))
+    )
+    alive = found.join(reports, "gateway").where(inside | lost_before).select(
+        "gateway", "start_ms"
+    )
+    return found.join(alive.distinct(), ["gateway", "start_ms"], "left_anti")
 
 
 def silence_outages(
@@ -274,14 +304,21 @@ def _with_times(df: DataFrame) -> DataFrame:
     )
 
 
-def device_outages(points: DataFrame, status: DataFrame, params: AvailabilityParams) -> DataFrame:
-    """Merged device outages from silence and offline status, without gateway outages."""
+def device_outages(
+    points: DataFrame,
+    status: DataFrame,
+    params: AvailabilityParams,
+    uplink: DataFrame | None = None,
+) -> DataFrame:
+    """Merged device outages from silence and offline status, without gateway outages
+    (found with the uplink diagnostics ``uplink`` when given, see :func:`gateway_outages`)."""
     edge = horizon(points, status)
     both = silence_outages(points, edge, params).unionByName(
         offline_outages(status, edge, params.shutdown_window_ms)
     )
     merged = merge_intervals(both, DEVICE)
-    return _with_times(cut_out(merged, gateway_outages(status, edge), DEVICE))
+    down = gateway_outages(status, edge, uplink, params.alive_window_ms)
+    return _with_times(cut_out(merged, down, DEVICE))
 
 
 def _days(start: Column, end: Column) -> Column:
@@ -470,8 +507,8 @@ def run(spark: SparkSession, root: str, out: str, params: AvailabilityParams) ->
     points = points.cache()
     try:
         edge = horizon(points, status)
-        gw = _with_times(gateway_outages(status, edge))
-        outages = device_outages(points, status, params)
+        gw = _with_times(gateway_outages(status, edge, uplink, params.alive_window_ms))
+        outages = device_outages(points, status, params, uplink)
         link = link_outages(uplink, messages, params)
         first = None
         if since is not None:

@@ -164,3 +164,29 @@ def test_silver_lands_the_gateway_status_without_a_device(spark: SparkSession) -
         [Row(reason="missing_id"), Row(reason="invalid_value:status")],
     )
     assert frames["messages"].count() == 0  # no seq: not in the ledger of sequence numbers
+
+
+def test_an_offline_the_gateway_outlived_is_a_link_outage_not_a_gateway_outage(
+    spark: SparkSession,
+) -> None:
+    """The cloud broker stopped at 100 s (and published the gateway's will as it went); the
+    lander landed that will after the gateway had reconnected (online at 145 s)."""
+    pts = reports(spark, {"m1": list(range(0, 300, 10))})
+    sts = statuses(spark, [(1.0, None, "online"), (145.0, None, "online"),
+                           (160.0, None, "offline"), (161.0, None, "online")])  # fmt: skip
+    diagnostics = table(
+        spark,
+        "UPLINK_DIAGNOSTICS",
+        [
+            {"seq": 1000 + s, "event_ms": T0 + s * S, "connected": not 100 <= s < 145}
+            for s in range(0, 300, 5)
+        ],
+    )
+    edge = horizon(pts, sts)
+    assert gateway_outages(sts, edge).count() == 1  # from the status alone: 160-161 s
+    assert gateway_outages(sts, edge, diagnostics).count() == 0  # it reported meanwhile
+    early = statuses(spark, [(1.0, None, "online"), (120.0, None, "offline"),
+                             (145.0, None, "online")])  # fmt: skip
+    # landed while the gateway was reporting connected = false: the link, not the gateway
+    before = diagnostics.where(f"event_ms < {T0 + 120 * S}")
+    assert gateway_outages(early, edge, before).count() == 0
