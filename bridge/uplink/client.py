@@ -244,6 +244,11 @@ class RemoteLink:
                 except Exception as exc:  # also the ExceptionGroup of the session's tasks
                     self._set_connected(False, address, describe(exc))
                     self.attempted.set()
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        # stopping: the session's end turned the cancellation into an MQTT
+                        # error (a publish in flight); do not reconnect
+                        raise asyncio.CancelledError from exc
             delay = self.backoff.next_delay()
             log.info("uplink %s: reconnecting in %.1f s", self.remote.name, delay)
             await asyncio.sleep(delay)
@@ -398,8 +403,11 @@ class RemoteLink:
                         self.outbox.release(r.seq for r in records[sent:])
             if not sent_any:
                 self.wake.clear()
+                # asyncio.timeout, not wait_for: on Python 3.11 a wait_for whose event is set
+                # as the task is cancelled can hold the cancellation, and the stop hangs
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), IDLE_POLL)
+                    async with asyncio.timeout(IDLE_POLL):
+                        await self.wake.wait()
 
     def _skip_set(self) -> set[int]:
         now = self.clock()

@@ -10,8 +10,8 @@ How this works:
   from the first ``offline`` to the next ``online`` (or is open until the horizon); repeated
   copies of one status change nothing. The uplink's diagnostics (through the outbox, so
   complete) tell a dead gateway from a lost link: an ``offline`` the gateway outlived (it
-  reported between that ``offline`` and the next ``online``, or reported ``connected =
-  false`` just before) was about the link (a broken connection, a stopped cloud broker).
+  reported between that ``offline`` and the next ``online``, or its last report before said
+  ``connected = false``) was about the link (a broken connection, a stopped cloud broker).
 * **Gateway runs.** The gateway's ``offline`` events cut each device's status stream into
   runs. The bridge publishes every device ``offline`` when it starts (the device is not
   polled yet) and when it stops: the first status of a device in a run, when ``offline``, is
@@ -71,8 +71,8 @@ class AvailabilityParams:
     link_min_messages: int = 10
     #: a device ``offline`` this close before its gateway's ``offline`` is the bridge stopping
     shutdown_window_ms: int = 5_000
-    #: a gateway ``offline`` this soon after the gateway reported ``connected = false`` is
-    #: about the link, not the gateway
+    #: a gateway ``offline`` whose last report in this window before said ``connected =
+    #: false`` is about the link, not the gateway
     alive_window_ms: int = 60_000
     #: recompute everything (``--full``), not only the days new silver data touched
     full: bool = False
@@ -130,9 +130,9 @@ def gateway_outages(
 ) -> DataFrame:
     """Gateway outages: first ``offline`` to next ``online``, cut at the horizon.
 
-    With the uplink's diagnostics (``uplink``), an ``offline`` the gateway outlived is no
-    gateway outage: it reported diagnostics before the next ``online``, or it reported
-    ``connected = false`` within ``alive_window_ms`` before (the cloud broker published its
+    With the uplink's diagnostics (``uplink``), an ``offline`` the gateway outlived does not
+    count: it reported diagnostics before its next status, or its last report (within
+    ``alive_window_ms`` before) said ``connected = false`` (the cloud broker published its
     will because the link broke or the broker stopped; that is a link outage).
     """
     events = (
@@ -141,8 +141,14 @@ def gateway_outages(
         .distinct()
         .withColumn("_tie", F.when(F.col("status") == c.STATUS_OFFLINE, 1).otherwise(0))
     )
+    if uplink is not None:
+        events = events.join(
+            _outlived(events, uplink, horizon_df, alive_window_ms),
+            ["gateway", "event_ms", "_tie"],
+            "left_anti",
+        )
     runs = _runs_of(events, ["gateway"], F.col("status") == c.STATUS_ONLINE).crossJoin(horizon_df)
-    found = runs.where(F.col("start_ms") < F.col("horizon_ms")).select(
+    return runs.where(F.col("start_ms") < F.col("horizon_ms")).select(
         "gateway",
         "start_ms",
         F.when(F.col("open"), F.col("horizon_ms"))
@@ -150,19 +156,37 @@ def gateway_outages(
         .alias("end_ms"),
         (F.col("open") | (F.col("end_ms") > F.col("horizon_ms"))).alias("open"),
     )
-    if uplink is None:
-        return found
+
+
+def _outlived(
+    events: DataFrame, uplink: DataFrame, horizon_df: DataFrame, alive_window_ms: int
+) -> DataFrame:
+    """The ``offline`` events (``gateway, event_ms, _tie``) the gateway's reports show it
+    outlived (see :func:`gateway_outages`)."""
+    order = Window.partitionBy("gateway").orderBy("event_ms", "_tie")
+    offline = (
+        events.withColumn("_next", F.lead("event_ms").over(order))
+        .where(F.col("status") == c.STATUS_OFFLINE)
+        .crossJoin(horizon_df)
+        .withColumn("_until", F.coalesce(F.col("_next"), F.col("horizon_ms")))
+    )
     reports = uplink.select("gateway", F.col("event_ms").alias("_r_ms"), "connected")
-    inside = (F.col("_r_ms") > F.col("start_ms")) & (F.col("_r_ms") < F.col("end_ms"))
-    lost_before = (
-        ~F.col("connected")
-        & (F.col("_r_ms") <= F.col("start_ms"))
-        & (F.col("_r_ms") > F.col("start_ms") - F.lit(alive_window_ms))
+    inside = (F.col("_r_ms") > F.col("event_ms")) & (F.col("_r_ms") < F.col("_until"))
+    before = (F.col("_r_ms") <= F.col("event_ms")) & (
+        F.col("_r_ms") > F.col("event_ms") - F.lit(alive_window_ms)
     )
-    alive = found.join(reports, "gateway").where(inside | lost_before).select(
-        "gateway", "start_ms"
+    near = offline.join(reports, "gateway").where(inside | before)
+    return (
+        near.groupBy("gateway", "event_ms", "_tie")
+        .agg(
+            F.count_if(inside).alias("_inside"),
+            F.max_by(F.when(before, F.col("connected")), F.when(before, F.col("_r_ms"))).alias(
+                "_last_connected"
+            ),
+        )
+        .where((F.col("_inside") > 0) | ~F.col("_last_connected"))
+        .select("gateway", "event_ms", "_tie")
     )
-    return found.join(alive.distinct(), ["gateway", "start_ms"], "left_anti")
 
 
 def silence_outages(

@@ -170,23 +170,32 @@ def test_an_offline_the_gateway_outlived_is_a_link_outage_not_a_gateway_outage(
     spark: SparkSession,
 ) -> None:
     """The cloud broker stopped at 100 s (and published the gateway's will as it went); the
-    lander landed that will after the gateway had reconnected (online at 145 s)."""
+    gateway reconnected at 145 s; the lander landed that will at 160 s, after the gateway's
+    online. The gateway is killed at 200 s (its will lands at once) and back at 212 s."""
     pts = reports(spark, {"m1": list(range(0, 300, 10))})
     sts = statuses(spark, [(1.0, None, "online"), (145.0, None, "online"),
-                           (160.0, None, "offline"), (161.0, None, "online")])  # fmt: skip
+                           (160.0, None, "offline"), (200.5, None, "offline"),
+                           (212.0, None, "online")])  # fmt: skip
+    alive = [s for s in range(0, 300, 5) if not 200 <= s < 212]
     diagnostics = table(
         spark,
         "UPLINK_DIAGNOSTICS",
         [
             {"seq": 1000 + s, "event_ms": T0 + s * S, "connected": not 100 <= s < 145}
-            for s in range(0, 300, 5)
+            for s in alive
         ],
     )
     edge = horizon(pts, sts)
-    assert gateway_outages(sts, edge).count() == 1  # from the status alone: 160-161 s
-    assert gateway_outages(sts, edge, diagnostics).count() == 0  # it reported meanwhile
+    # from the status alone, the late will makes one outage of 160-212 s
+    assert [r["start_ms"] for r in gateway_outages(sts, edge).collect()] == [T0 + 160 * S]
+    # the gateway reported between 160 and 200 s: only the kill is a gateway outage
+    assertDataFrameEqual(
+        gateway_outages(sts, edge, diagnostics),
+        [Row(gateway="gw-1", start_ms=T0 + 200_500, end_ms=T0 + 212 * S, open=False)],
+    )
     early = statuses(spark, [(1.0, None, "online"), (120.0, None, "offline"),
                              (145.0, None, "online")])  # fmt: skip
-    # landed while the gateway was reporting connected = false: the link, not the gateway
+    # landed while the gateway's last report said connected = false: the link, not the gateway
     before = diagnostics.where(f"event_ms < {T0 + 120 * S}")
     assert gateway_outages(early, edge, before).count() == 0
+    assert gateway_outages(early, edge).count() == 1
