@@ -244,11 +244,6 @@ class RemoteLink:
                 except Exception as exc:  # also the ExceptionGroup of the session's tasks
                     self._set_connected(False, address, describe(exc))
                     self.attempted.set()
-                    task = asyncio.current_task()
-                    if task is not None and task.cancelling():
-                        # stopping: the session's end turned the cancellation into an MQTT
-                        # error (a publish in flight); do not reconnect
-                        raise asyncio.CancelledError from exc
             delay = self.backoff.next_delay()
             log.info("uplink %s: reconnecting in %.1f s", self.remote.name, delay)
             await asyncio.sleep(delay)
