@@ -512,9 +512,9 @@ class Demo:
     def print_report(self, r: dict[str, Any]) -> None:
         self.phase("report")
         # Every message the uplink forwarded has a sequence number: device readings, status
-        # and diagnostics alike; those are what must land.
-        self.say(f"  messages forwarded from the devices' topics {r['sent']:>8,}"
-                 "   (readings, status, diagnostics)")
+        # and diagnostics and the uplink's own diagnostics alike; those are what must land.
+        self.say(f"  messages forwarded through the outbox       {r['sent']:>8,}"
+                 "   (device readings, status, diagnostics; uplink diagnostics)")
         if r.get("spark"):
             self.say(f"  messages landed (unique)                    {r['landed']:>8,}")
             self.say(f"  bronze rows                                 {r['bronze_lines']:>8,}")
