@@ -204,7 +204,7 @@ outpost_wheel() {  # build outpost's wheel from a copy of the sources (nothing l
 
 install_systemd_files() {  # systemd/ from the repository, as the image's vendor files
   local root="$1" sd="${repo}/systemd"
-  install -m 0644 -t "${root}/usr/lib/systemd/system" "${sd}"/*.service
+  install -m 0644 -t "${root}/usr/lib/systemd/system" "${sd}"/*.service "${sd}"/*.path
   local dir dest
   for dir in sysusers.d tmpfiles.d journald.conf.d; do
     [ -d "${sd}/${dir}" ] || continue
@@ -270,7 +270,7 @@ tmpfs                   /tmp            tmpfs  nosuid,nodev,mode=1777,size=25%  
 EOF
 
   local units=(outpost.service outpost-firstboot.service outpost-boot-report.service
-               outpost-health.service
+               outpost-health.service outpost-update.path
                systemd-networkd.service systemd-resolved.service systemd-timesyncd.service
                ssh.service)
   [ "${ARCH}" = arm64 ] && units+=(wpa_supplicant@wlan0.service)

@@ -22,6 +22,12 @@ remotes the status (and the will) carries user properties `gateway`, `epoch` and
 (`$SYS/outpost/status`), plus `received_ms` when the gateway itself publishes it, but no `seq`:
 the cloud lands it and tells the gateway's outages from its devices' by it.
 
+Gateway status subtopics: other parts of the gateway (the remote update trigger) report on
+`<status_topic>/<subtopic>` through `offer_status`. Retained ones are kept (the latest per
+subtopic) and published again after every connect, so the remote always holds the current
+value; one-off events wait in a bounded queue while the link is down. They are sent after the
+`online` status, each at QoS 1, by a task next to the drain.
+
 Forward rules are the configured ones plus the built-in rule that forwards the uplink's own
 diagnostics (`UplinkConfig.forward_rules`). `attempted` is set once the first connection attempt
 ended either way, so the first diagnostics report says how that attempt went.
@@ -35,6 +41,7 @@ import functools
 import logging
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +74,7 @@ OFFLINE_TIMEOUT = 3.0  # seconds to wait for the PUBACK of `offline` when a sess
 STATUS_ONLINE = b"online"
 STATUS_OFFLINE = b"offline"
 REFUSED_RETRY = 30.0  # seconds before a record the remote refused is offered again
+STATUS_EVENTS = 64  # one-off status events kept while the link is down (the oldest go first)
 
 
 class _Client(aiomqtt.Client):
@@ -220,6 +228,9 @@ class RemoteLink:
         self.backoff = Backoff(remote.backoff_initial, remote.backoff_max)
         self.inflight: set[int] = set()
         self.deferred: dict[int, float] = {}  # refused records: seq -> retry time
+        self.status_retained: dict[str, bytes] = {}  # subtopic -> latest payload
+        self.status_queue: deque[tuple[str, bytes, bool]] = deque(maxlen=STATUS_EVENTS)
+        self.status_waiting = asyncio.Event()
         self._rate_count = 0
         self._rate_since = clock()
 
@@ -232,6 +243,17 @@ class RemoteLink:
             ]
             self._rules_of = self.config
         return self._rules
+
+    def offer_status(self, subtopic: str, payload: bytes, retain: bool) -> None:
+        """Publish `payload` on `<status_topic>/<subtopic>` (now, or once connected); a
+        retained one is published again after every connect. Nothing when the status topic
+        is disabled."""
+        if self.status_topic is None:
+            return
+        if retain:
+            self.status_retained[subtopic] = payload
+        self.status_queue.append((subtopic, payload, retain))
+        self.status_waiting.set()
 
     async def run(self) -> None:
         """Connect, serve, reconnect — until cancelled."""
@@ -293,8 +315,11 @@ class RemoteLink:
                 if rules:  # from here on, commands from the cloud reach the gateway
                     log.info("uplink %s: inbound subscribed: %s", remote.name,
                              ", ".join(rule.filter for rule in rules))
+                self._requeue_status()
                 async with asyncio.TaskGroup() as group:
                     group.create_task(self._drain(client), name=f"uplink-drain-{remote.name}")
+                    group.create_task(self._send_status(client),
+                                      name=f"uplink-status-{remote.name}")
                     group.create_task(self._inbound(client), name=f"uplink-inbound-{remote.name}")
             finally:
                 client.abandon()
@@ -338,6 +363,31 @@ class RemoteLink:
         if code:
             log.warning("uplink %s: remote refused the gateway status on %s with 0x%02X",
                         self.remote.name, self.status_topic, code)
+
+    def _requeue_status(self) -> None:
+        """A new session: every retained subtopic's latest value, then the one-off events."""
+        events = [item for item in self.status_queue if not item[2]]
+        self.status_queue.clear()
+        self.status_queue.extend((sub, payload, True)
+                                 for sub, payload in self.status_retained.items())
+        self.status_queue.extend(events)
+        self.status_waiting.set()
+
+    async def _send_status(self, client: _Client) -> None:
+        """Send the queued status subtopics, each after the previous one's PUBACK."""
+        while True:
+            await self.status_waiting.wait()
+            self.status_waiting.clear()
+            while self.status_queue:
+                subtopic, payload, retain = self.status_queue[0]
+                topic = f"{self.status_topic}/{subtopic}"
+                code = await asyncio.wait_for(
+                    client.publish_start(Outgoing(topic, payload, 1, retain)), PUBACK_TIMEOUT)
+                if self.status_queue and self.status_queue[0][:2] == (subtopic, payload):
+                    self.status_queue.popleft()  # (the bounded queue may have moved on)
+                if code:
+                    log.warning("uplink %s: remote refused the gateway status on %s with "
+                                "0x%02X", self.remote.name, topic, code)
 
     async def _inbound(self, client: _Client) -> None:
         link = self.inbound_link

@@ -6,8 +6,9 @@ wakes the drain loops when the hook appends and publishes `$SYS/outpost/uplink` 
 contract's fields) every `status_interval`, the first time once every link's first connection
 attempt has ended (a report taken while the links are still connecting would say
 "disconnected" at every start). A built-in forward rule per remote carries these reports
-through the outbox to the cloud. Each link logs the backlog (messages, bytes, oldest age, drops
-so far) when it connects or loses its connection.
+through the outbox to the cloud. `publish_gateway_status` hands a gateway status subtopic (the
+remote update trigger's reports) to every link. Each link logs the backlog (messages, bytes,
+oldest age, drops so far) when it connects or loses its connection.
 """
 
 from __future__ import annotations
@@ -69,6 +70,12 @@ class UplinkService:
             len(self.config.remotes), len(self.config.forward), len(self.config.inbound),
             self.outbox.stats().messages,
         )
+
+    def publish_gateway_status(self, subtopic: str, payload: bytes, retain: bool) -> None:
+        """Publish on `<status_topic>/<subtopic>` of every remote that has a status topic
+        (retained: kept and published again after every reconnect)."""
+        for link in self.links:
+            link.offer_status(subtopic, payload, retain)
 
     def status(self) -> dict[str, Any]:
         """Backlog and link figures (contract fields plus per-remote details)."""

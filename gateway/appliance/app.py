@@ -22,10 +22,12 @@ from bridge.sparkplug.service import SparkplugService
 from bridge.uplink.hook import UplinkHook
 from bridge.uplink.outbox import MemoryOutbox
 from bridge.uplink.service import UplinkService
-from gateway.appliance.config import Config
+from gateway.appliance.config import Config, command_local_topics
 from gateway.appliance.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
 from gateway.appliance.reload import Reloader
+from gateway.appliance.remote_update import RemoteUpdateService
 from gateway.appliance.status import StatusProvider
+from gateway.appliance.update_command import Spool
 from gateway.base.outbox import Outbox
 from gateway.base.settings import ConfigError
 from gateway.broker.contracts.hooks import BrokerHooks, HookChain
@@ -83,6 +85,23 @@ def build_uplink(
     return HookChain([store, hook]), service
 
 
+def build_remote_update(config: Config, state_dir: Path | None, uplink: UplinkService | None
+                        ) -> RemoteUpdateService | None:
+    """The remote update trigger, when `[remote_update]` is enabled (the configuration check
+    made sure an inbound rule brings its command topic in and a status topic takes its
+    reports); it needs a state directory for the spool it shares with the root runner."""
+    if not config.remote_update.enabled or uplink is None:
+        return None
+    directory = state_dir or config.storage.state_dir
+    if directory is None:
+        log.error("remote update: disabled: no state directory (--state-dir or [storage] "
+                  "state_dir) to hand requests to the installer through")
+        return None
+    topic = config.remote_update.remote_command_topic(config.gateway_id)
+    return RemoteUpdateService(command_local_topics(config.uplink, topic), config.gateway_id,
+                               Spool(Path(directory)), uplink.publish_gateway_status)
+
+
 async def serve(
     config: Config,
     state_dir: Path | None = None,
@@ -132,6 +151,9 @@ async def serve(
                     "nothing to publish")
     if uplink is not None:
         await uplink.start(broker)
+    remote_update = build_remote_update(config, state_dir, uplink)
+    if remote_update is not None:
+        remote_update.start(broker)
     for name, part, section in (("bridge", bridge, "devices"), ("uplink", uplink, "uplink")):
         if isinstance(part, StatusProvider):  # has status(): replaces the topic watcher's view
             daemon.board.add_provider(section, part)
@@ -151,6 +173,8 @@ async def serve(
             await bridge.stop()  # statuses go offline while clients are still connected
         for extra in interop:  # after the bridge: the Sparkplug DDEATHs before the NDEATH
             await extra.stop()
+        if remote_update is not None:
+            await remote_update.stop()
         if uplink is not None:
             await uplink.stop()
         await server.stop()

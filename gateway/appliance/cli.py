@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
 import sys
 import tomllib
 from pathlib import Path
@@ -20,8 +21,9 @@ from pydantic import ValidationError
 
 from bridge import cli as bridge_cli
 from gateway import __version__
-from gateway.appliance import update
+from gateway.appliance import update, update_runner
 from gateway.appliance.config import Config, load_config, secret_warnings
+from gateway.appliance.update_command import Spool
 from gateway.base.hostport import parse_host_port
 from gateway.base.settings import ConfigError
 from gateway.broker.contracts.config import ListenerConfig
@@ -83,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "[status] bind of --config, else of /etc/outpost/outpost.toml)")
     status.add_argument("--config", type=Path, help="TOML configuration file")
     status.add_argument("--json", action="store_true", help="print the raw /status JSON")
+    status.add_argument("--user", help="user name for an endpoint with a password file (the "
+                        "password from $OUTPOST_STATUS_PASSWORD, else asked)")
+    status.add_argument("--ca-file", type=Path, help="CA certificate(s) to check an https --url "
+                        "with (default: the system's; through --config: the configured "
+                        "tls_cert itself)")
 
     bridge_cli.add_parser(sub)  # outpost modbus plan|probe
     _add_update_parser(sub)
@@ -133,6 +140,17 @@ def _add_update_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     install.add_argument("--sha256", help="the bundle's expected sha256 (hex)")
     install.add_argument("--no-reboot", action="store_true",
                          help="install, but leave the reboot into the new slot for later")
+    request = update_sub.add_parser(
+        "run-request", help="install the request the gateway spooled from a remote update "
+        "command (outpost-update.service runs this as root), report into the spool")
+    request.add_argument("--config", type=Path, help="for [remote_update] ca_file (default: "
+                         f"{DEFAULT_CONFIG} if present)")
+    request.add_argument("--state-dir", type=Path, help="the spool: default [storage] "
+                         f"state_dir, else {DEFAULT_STATE_DIR}")
+    request.add_argument("--download-dir", type=Path,
+                         help="where the bundle is downloaded (default /var/cache/outpost-update)")
+    request.add_argument("--no-reboot", action="store_true",
+                         help="install, but leave the reboot into the new slot for later")
     status = update_sub.add_parser("status", help="booted slot, versions, last install, "
                                    "whether the running slot is committed")
     status.add_argument("--json", action="store_true", help="print JSON")
@@ -147,7 +165,8 @@ def _add_update_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def cmd_update(args: argparse.Namespace) -> int:
-    """`outpost update install|status|health-check`: gateway.appliance.update does the work."""
+    """`outpost update install|run-request|status|health-check`: gateway.appliance.update
+    and update_runner do the work."""
     device = update.Device()
 
     def say(line: str) -> None:
@@ -162,9 +181,14 @@ def cmd_update(args: argparse.Namespace) -> int:
         if args.update_command == "status":
             print(update.format_status(update.read_status(device), as_json=args.json))
             return 0
+        if args.update_command == "run-request":
+            return _run_request(args, say)
         config = load_config(config_path(args.config))
+        state_dir = args.state_dir or config.storage.state_dir or DEFAULT_STATE_DIR
         good = update.health_check(config, args.state_dir, device, args.deadline, say,
                                    reboot=not args.no_reboot)
+        if config.remote_update.enabled:  # the gateway reports the running slot to the cloud
+            update_runner.record_running(Spool(state_dir), device, say)
         return 0 if good else 1
     except update.UpdateError as exc:
         print(f"outpost update: {exc}", file=sys.stderr)
@@ -172,6 +196,26 @@ def cmd_update(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         _print_config_errors(exc)
         return 2
+
+
+def _run_request(args: argparse.Namespace, say: update.Progress) -> int:
+    """`outpost update run-request`: a request is always settled (installed or failed, and
+    removed), even when the configuration cannot be read: the path unit would start the
+    runner again for as long as the request file is there."""
+    device = update.Device()
+    if args.download_dir is not None:
+        device = update.Device(download_dir=args.download_dir)
+    try:
+        config = load_config(config_path(args.config))
+    except ConfigError as exc:
+        _print_config_errors(exc)
+        spool = Spool(args.state_dir or DEFAULT_STATE_DIR)
+        update_runner.fail_request(spool, f"{exc.source}: invalid configuration: "
+                                   + "; ".join(exc.errors), say)
+        return 2
+    state_dir = args.state_dir or config.storage.state_dir or DEFAULT_STATE_DIR
+    return update_runner.run_request(Spool(state_dir), device, config.remote_update.ca_file,
+                                     not args.no_reboot, say)
 
 
 def _with_listeners(config: Config, listen: list[str] | None) -> Config:
@@ -233,11 +277,19 @@ def cmd_db(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """`outpost status`: fetch /status from the running gateway and print a summary."""
     import json
+    import ssl
 
     from gateway.appliance.status import render_text
-    from gateway.appliance.status_http import StatusUnavailableError, fetch_status
+    from gateway.appliance.status_client import (
+        CredentialsNeededError,
+        StatusUnavailableError,
+        fetch_status,
+        pinned_context,
+    )
 
     url = args.url
+    context = None if args.ca_file is None else ssl.create_default_context(
+        cafile=str(args.ca_file))
     if url is None:
         path = config_path(args.config)
         try:
@@ -253,12 +305,28 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 1
         host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(status_config.host,
                                                         status_config.host)
-        url = f"http://{f'[{host}]' if ':' in host else host}:{status_config.port}"
+        scheme = "http" if status_config.tls_cert is None else "https"
+        url = f"{scheme}://{f'[{host}]' if ':' in host else host}:{status_config.port}"
+        if status_config.tls_cert is not None and context is None:
+            context = pinned_context(status_config.tls_cert)
         source = f" (bind {status_config.bind} from {where})"
     else:
         source = ""
+    credentials = None
+    if args.user is not None:
+        password = os.environ.get("OUTPOST_STATUS_PASSWORD")
+        if password is None:
+            import getpass
+
+            password = getpass.getpass(f"password of {args.user}: ")
+        credentials = (args.user, password)
     try:
-        status = fetch_status(url)
+        status = fetch_status(url, context=context, credentials=credentials)
+    except CredentialsNeededError as exc:
+        print(f"outpost status: {exc}{source}", file=sys.stderr)
+        print("  give one of the users of [status] password_file: outpost status --user NAME "
+              "(password from $OUTPOST_STATUS_PASSWORD, else asked)", file=sys.stderr)
+        return 1
     except StatusUnavailableError as exc:
         print(f"outpost status: {exc}{source}", file=sys.stderr)
         print("  is outpost running (systemctl status outpost) with [status] enabled?",

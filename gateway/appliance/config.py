@@ -1,5 +1,5 @@
 """The whole configuration file: the broker's sections plus storage, status, bridge, uplink,
-sparkplug and homeassistant.
+remote_update, sparkplug and homeassistant.
 
 `load_config` returns a `Config` or raises `ConfigError` listing every problem with its key path.
 Each package owns its section's model; this module only aggregates them.
@@ -19,9 +19,11 @@ from bridge.homeassistant.config import HomeAssistantConfig
 from bridge.sparkplug.config import SparkplugConfig, sparkplug_id
 from bridge.sparkplug.hold import RULE as HOLD_RULE
 from bridge.uplink.config import UplinkConfig
+from gateway.appliance.update_command import RemoteUpdateConfig
 from gateway.base.config_paths import existing_file
 from gateway.base.hostport import is_loopback, parse_host_port
 from gateway.base.settings import ConfigError, Section, format_errors
+from gateway.broker.codec.topics import topic_matches
 from gateway.broker.contracts.config import BrokerConfig
 from gateway.broker.contracts.passwords import PasswordFileError, parse_password_text
 from storage.config import StorageConfig
@@ -103,6 +105,7 @@ class Config(BrokerConfig):
     status: StatusConfig = StatusConfig()
     bridge: BridgeConfig = BridgeConfig()
     uplink: UplinkConfig = UplinkConfig()
+    remote_update: RemoteUpdateConfig = RemoteUpdateConfig()
     sparkplug: SparkplugConfig = SparkplugConfig()
     homeassistant: HomeAssistantConfig = HomeAssistantConfig()
 
@@ -152,6 +155,45 @@ class Config(BrokerConfig):
                 except ValueError as exc:
                     raise ValueError(f"remotes.{index}: {exc}") from None
         return value
+
+    @field_validator("remote_update")
+    @classmethod
+    def _command_comes_in(cls, value: RemoteUpdateConfig, info: ValidationInfo
+                          ) -> RemoteUpdateConfig:
+        # Commands reach the gateway only through an inbound rule of the uplink, and the
+        # reports go out on the remotes' status topics: both must exist.
+        uplink, gateway_id = info.data.get("uplink"), info.data.get("gateway_id")
+        if not value.enabled or uplink is None or gateway_id is None:
+            return value  # (an invalid uplink or gateway_id has its own error)
+        if not uplink.enabled:
+            raise ValueError("enabled: commands come from the cloud through the uplink; "
+                             "enable [uplink] with a remote and an inbound rule")
+        try:
+            topic = value.remote_command_topic(gateway_id)
+        except ValueError as exc:
+            raise ValueError(f"command_topic: {exc}") from None
+        if not command_local_topics(uplink, topic):
+            raise ValueError(
+                f"command_topic: no [[uplink.inbound]] rule brings {topic!r} in from the "
+                f"remote; add one with filter = {topic!r}")
+        if all(remote.gateway_status_topic(gateway_id) is None for remote in uplink.remotes):
+            raise ValueError('enabled: every [[uplink.remotes]] has status_topic = "": the '
+                             "update reports go out on <status_topic>/update")
+        return value
+
+
+def command_local_topics(uplink: UplinkConfig, remote_topic: str) -> list[str]:
+    """The local topics the update command on `remote_topic` arrives at: for each remote, the
+    first inbound rule whose filter matches it (as the uplink chooses), mapped."""
+    topics: list[str] = []
+    for remote in uplink.remotes:
+        for rule in uplink.inbound:
+            if rule.remote == remote.name and topic_matches(rule.filter, remote_topic):
+                local = rule.topic.apply(remote_topic)
+                if local not in topics:
+                    topics.append(local)
+                break
+    return topics
 
 
 def secret_warnings(config: Config, path: Path) -> list[str]:

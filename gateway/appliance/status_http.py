@@ -33,8 +33,6 @@ import logging
 import math
 import os
 import ssl
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
@@ -417,26 +415,3 @@ class StatusServer:
         if not head_only:
             writer.write(body)
         await writer.drain()
-
-
-# -- the client side (`outpost status`) --------------------------------------------------------
-
-
-class StatusUnavailableError(Exception):
-    """The status endpoint could not be reached or answered garbage."""
-
-
-def fetch_status(base_url: str, timeout: float = 5.0) -> dict[str, Any]:
-    """GET `<base_url>/status` and return the JSON object."""
-    url = base_url.rstrip("/") + "/status"
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # local: no proxy
-    try:
-        with opener.open(url, timeout=timeout) as response:
-            data = json.loads(response.read())
-    except urllib.error.URLError as exc:
-        raise StatusUnavailableError(f"{url}: {exc.reason}") from None
-    except (OSError, ValueError) as exc:
-        raise StatusUnavailableError(f"{url}: {exc}") from None
-    if not isinstance(data, dict) or "clients" not in data:
-        raise StatusUnavailableError(f"{url}: not an outpost status document")
-    return data

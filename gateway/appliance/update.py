@@ -228,10 +228,15 @@ def install(source: str, device: Device, progress: Progress, ca_file: Path | Non
         if downloaded:
             path.unlink(missing_ok=True)
     if reboot:
-        progress("rebooting into the new slot")
-        argument = ["0 tryboot"] if device.uses_tryboot() else []
-        subprocess.run(["systemctl", "reboot", *argument], check=False)
+        reboot_into_new_slot(device, progress)
     return info
+
+
+def reboot_into_new_slot(device: Device, progress: Progress) -> None:
+    """Reboot after an install (with the firmware's tryboot flag where that selects the slot)."""
+    progress("rebooting into the new slot")
+    argument = ["0 tryboot"] if device.uses_tryboot() else []
+    subprocess.run(["systemctl", "reboot", *argument], check=False)
 
 
 def _run_rauc_install(path: Path, device: Device, progress: Progress) -> None:

@@ -4,9 +4,9 @@ Theory of operation
 -------------------
 Events (`session_saved`, `qos_stored`, ...) run on the event loop and only record the change
 in the current `Batch` (see `storage.sqlite.writer`), so they cost a few dict operations.
-`flush()` is the only awaitable. It joins the *next* commit: the commit task waits (`_gather`:
-after a burst only until the input already there is read, for a stream `commit_interval_ms`
-and longer while work keeps arriving; never past `BIG_BATCH` events), takes the batch, and
+`flush()` is the only awaitable. It joins the *next* commit: the commit task waits
+(storage/sqlite/commit_pacing.py: after a burst only until the input already there is read,
+for a stream `commit_interval_ms` and longer while work keeps arriving), takes the batch, and
 runs one transaction on the writer thread while the loop goes on; every flush that arrives
 meanwhile joins the commit after it (group commit). A commit that fails rolls back, the
 flushes waiting on it raise `StoreError`, and its batches are kept and written in front of
@@ -16,11 +16,12 @@ Identifiers: `store_seq` comes from one counter shared by every session (so it i
 client), `Message.store_id` from another, each continuing after the largest value on disk;
 a session is known on disk by a small integer `sid`.
 
-Reads: `restore()` (once, at start) drops expired sessions and expired queued messages by
-their wall-clock times, then returns each session's in-flight deliveries plus the first
-`queue_page` queued ones and how many more are on disk. `load_deliveries()` reads the next
-page through a separate read-only connection on the loop thread (a range scan of the
-`(sid, seq)` primary key), merged with rows that are recorded but not yet committed.
+Reads (storage/sqlite/restore.py): `restore()` (once, at start) drops expired sessions and
+expired queued messages by their wall-clock times, then returns each session's in-flight
+deliveries plus the first `queue_page` queued ones and how many more are on disk.
+`load_deliveries()` reads the next page through a separate read-only connection on the loop
+thread (a range scan of the `(sid, seq)` primary key), merged with rows that are recorded but
+not yet committed.
 
 `accepting()` is False while the live part of the database exceeds `max_db_bytes` or the
 file system has less than `min_free_bytes` free; it is re-evaluated at most once a second.
@@ -38,32 +39,27 @@ import contextlib
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gateway.broker.contracts.hooks import (
     BrokerHooks,
-    RestoredSession,
     RestoredState,
     SessionRecord,
 )
 from gateway.broker.core.inflight import Delivery
-from gateway.broker.core.message import QUEUED_OVERHEAD, Message
-from gateway.broker.core.session import NEVER_EXPIRES
+from gateway.broker.core.message import Message
 from storage.config import StorageConfig
 from storage.sqlite import recovery
+from storage.sqlite.commit_pacing import CommitPacer
+from storage.sqlite.restore import prune_expired, read_deliveries, read_retained, read_sessions
 from storage.sqlite.rows import (
     Clock,
     SessionRow,
     SubscriptionRow,
     body_row,
-    delivery_from,
     delivery_row,
-    message_from,
-    options_from,
-    record_from,
-    retained_from,
     retained_row,
     session_row,
     subscription_rows,
@@ -76,7 +72,7 @@ from storage.sqlite.space import (
     disk_full,
     free_bytes,
 )
-from storage.sqlite.writer import Batch, Writer, delete_session, release_dead
+from storage.sqlite.writer import Batch, Writer
 
 log = logging.getLogger("outpost.storage")
 
@@ -85,19 +81,8 @@ log = logging.getLogger("outpost.storage")
 # (docs/storage.md, bench/storage/write_amp.py). Fixed when the file is created.
 PAGE_SIZE = 1024
 WAL_AUTOCHECKPOINT = 4000  # pages (4 MiB) in the WAL before a commit checkpoints it
-BIG_BATCH = 2000  # events that start a commit without waiting for the interval
-# While events keep arriving, a commit may wait up to this long after the first request (see
-# `_gather`): at 1,000 msg/s that is ~50 messages per fsync instead of ~2 (flash wear).
-COMMIT_STRETCH_SECONDS = 0.05
-COMMIT_STRETCH_STEP = 0.005
 IDLE_COMMIT_SECONDS = 0.1  # events nobody flushes (acks from subscribers) are committed by then
 SPACE_CHECK_SECONDS = 1.0
-
-_DELIVERY_COLUMNS = (
-    "d.seq, d.qos, d.retain, d.subscription_ids, d.packet_id, d.released, "
-    "m.id, m.topic, m.payload, m.qos, m.retain, m.properties, m.expires_ms"
-)
-
 
 class StoreError(Exception):
     """A commit failed: nothing of its batch counts as stored."""
@@ -170,8 +155,7 @@ class SqliteStore(BrokerHooks):
         self._waiter: asyncio.Future[None] | None = None  # the next commit
         self._committing: asyncio.Future[None] | None = None  # the running commit
         self._first_request = 0.0
-        self._streaming = False  # events arrived while the last commit ran (see _gather)
-        self._wake: asyncio.Future[None] | None = None
+        self.pacer = CommitPacer(self.commit_interval)
         self._task: asyncio.Task[None] | None = None
         self._accepting = True
         self._space_checked = -1e18
@@ -284,8 +268,7 @@ class SqliteStore(BrokerHooks):
             per_sid = batch.inserts[sid] = {}
         per_sid[seq] = (delivery, delivery_row(sid, delivery))
         self._count(batch)
-        if batch.ops >= BIG_BATCH and self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
+        self.pacer.grew(batch.ops)
 
     def qos_updated(self, client_id: str, delivery: Delivery) -> None:
         sid = self._sids.get(client_id)
@@ -392,7 +375,7 @@ class SqliteStore(BrokerHooks):
         loop = asyncio.get_running_loop()
         try:
             while self._waiter is not None:
-                await self._gather(loop)
+                await self.pacer.wait(loop, self._first_request, self._ops)
                 waiter, self._waiter = self._waiter, None
                 batches = [*self._failed, self._batch]
                 self._batch = Batch()
@@ -405,7 +388,7 @@ class SqliteStore(BrokerHooks):
                 try:
                     await loop.run_in_executor(self.writer.executor, self._commit, batches)
                     if self._batch.ops:  # work arrived meanwhile: a stream
-                        self._streaming = True
+                        self.pacer.streaming = True
                 except Exception as exc:
                     self._failed = [b for b in batches if b]
                     log.error("store commit failed (%s): kept for the next commit", exc)
@@ -425,57 +408,8 @@ class SqliteStore(BrokerHooks):
         finally:
             self._task = None
 
-    async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until the next commit should start (group commit), by what the work looks like.
-
-        A burst (nothing arrived while the previous commit ran: the publishers wait for their
-        PUBACKs, so every millisecond of waiting is theirs): the commit starts as soon as the
-        event loop has read the input that is already there, within one `commit_interval`.
-
-        A stream (events kept arriving during a commit, or a burst still growing after an
-        interval): the commit waits `commit_interval` after the first request, then in steps
-        of COMMIT_STRETCH_STEP as long as each step brings more events, up to
-        COMMIT_STRETCH_SECONDS, so a steady 1,000 msg/s shares one fsync between tens of
-        messages instead of two (flash wear). A first step that brings nothing means the
-        stream has ended: the next commit is treated as a burst again. BIG_BATCH events end
-        any wait at once.
-        """
-        interval = self.commit_interval
-        if interval <= 0:
-            return
-        first = self._first_request
-        if not self._streaming:
-            seen = -1
-            while self._batch.ops != seen and self._batch.ops < BIG_BATCH:
-                if loop.time() - first >= interval:
-                    self._streaming = True  # still growing after a whole interval
-                    break
-                seen = self._batch.ops
-                await asyncio.sleep(0)  # one loop iteration: input already there is read
-            else:
-                return
-        await self._sleep(loop, first + interval - loop.time())
-        steps = 0
-        while self._batch.ops < BIG_BATCH and loop.time() - first < COMMIT_STRETCH_SECONDS:
-            seen = self._batch.ops
-            await self._sleep(loop, COMMIT_STRETCH_STEP)
-            if self._batch.ops == seen:
-                if steps == 0:
-                    self._streaming = False
-                return
-            steps += 1
-
-    async def _sleep(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
-        """Sleep up to `delay` seconds; BIG_BATCH events wake it early."""
-        if delay <= 0:
-            return
-        wake = self._wake = loop.create_future()
-        handle = loop.call_later(delay, _resolve, wake)
-        try:
-            await wake
-        finally:
-            handle.cancel()
-            self._wake = None
+    def _ops(self) -> int:
+        return self._batch.ops
 
     def _commit(self, batches: list[Batch]) -> None:
         """One group commit on the writer thread; on a full disk, again in the reserve's room."""
@@ -520,111 +454,23 @@ class SqliteStore(BrokerHooks):
 
     def _restore(self) -> RestoredState:
         conn = self.writer.conn
-        now_ms = self.clock.now_ms()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            # Sessions that were online when the process ended went offline then.
-            conn.execute(
-                "UPDATE sessions SET disconnected_ms = ? WHERE disconnected_ms IS NULL",
-                (self._last_alive_ms,),
-            )
-            expired = [int(r[0]) for r in conn.execute(
-                "SELECT sid FROM sessions WHERE expiry_interval != ? "
-                "AND disconnected_ms + expiry_interval * 1000 <= ?", (NEVER_EXPIRES, now_ms))]
-            for sid in expired:
-                delete_session(conn, sid)
-            orphans = [sid for sid in _distinct_sids(conn) if not conn.execute(
-                "SELECT 1 FROM sessions WHERE sid = ?", (sid,)).fetchone()]
-            for sid in orphans:
-                delete_session(conn, sid)
-            conn.execute("DELETE FROM qos2_in WHERE sid NOT IN (SELECT sid FROM sessions)")
-            dropped = 0
-            if conn.execute(
-                "SELECT 1 FROM messages WHERE expires_ms <= ? LIMIT 1", (now_ms,)
-            ).fetchone():
-                conn.execute("CREATE TEMP TABLE IF NOT EXISTS dead (id INTEGER PRIMARY KEY, n)")
-                conn.execute(
-                    "INSERT INTO temp.dead (id, n) SELECT message_id, count(*) FROM deliveries "
-                    "WHERE packet_id = 0 AND message_id IN "
-                    "(SELECT id FROM messages WHERE expires_ms <= ?) GROUP BY message_id",
-                    (now_ms,),
-                )
-                dropped = conn.execute(
-                    "DELETE FROM deliveries WHERE packet_id = 0 AND message_id IN "
-                    "(SELECT id FROM temp.dead)").rowcount
-                release_dead(conn)
-            expired_retained = conn.execute(
-                "DELETE FROM retained WHERE expires_ms <= ?", (now_ms,)).rowcount
+            pruned = prune_expired(conn, self.clock.now_ms(), self._last_alive_ms)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        if expired or dropped or expired_retained:
+        if pruned:
             log.info(
                 "restore: dropped %d expired session(s), %d expired queued message(s), "
-                "%d expired retained message(s)", len(expired), dropped, expired_retained,
+                "%d expired retained message(s)", pruned.sessions, pruned.queued,
+                pruned.retained,
             )
         self._load_counters()
-        return RestoredState(self._restore_sessions(conn), self._restore_retained(conn))
-
-    def _restore_retained(self, conn: sqlite3.Connection) -> list[Message]:
-        return [retained_from(row, self.clock) for row in conn.execute(
-            "SELECT topic, payload, qos, properties, expires_ms FROM retained")]
-
-    def _restore_sessions(self, conn: sqlite3.Connection) -> list[RestoredSession]:
-        subs: dict[int, dict[str, Any]] = {}
-        for row in conn.execute(
-            "SELECT sid, topic_filter, qos, no_local, retain_as_published, retain_handling, "
-            "subscription_id FROM subscriptions"
-        ):
-            subs.setdefault(int(row[0]), {})[str(row[1])] = options_from(row[2:])
-        awaiting: dict[int, set[int]] = {}
-        for sid, packet_id in conn.execute("SELECT sid, packet_id FROM qos2_in"):
-            awaiting.setdefault(int(sid), set()).add(int(packet_id))
-        messages: dict[int, Message] = {}
-        sessions: list[RestoredSession] = []
-        for row in conn.execute(
-            "SELECT sid, disconnected_ms, client_id, protocol_level, expiry_interval, "
-            "will_topic, will_payload, will_qos, will_retain, will_properties, will_delay "
-            "FROM sessions ORDER BY sid"
-        ).fetchall():
-            sid = int(row[0])
-            record = record_from(row[2:], subs.get(sid, {}), self.clock, row[1])
-            inflight = self._deliveries(
-                conn, "d.sid = ? AND d.packet_id != 0 ORDER BY d.seq", (sid,), messages)
-            queued = self._deliveries(
-                conn, "d.sid = ? AND d.packet_id = 0 ORDER BY d.seq LIMIT ?",
-                (sid, self.queue_page), messages)
-            count, size = conn.execute(
-                "SELECT count(*), total(size) FROM deliveries WHERE sid = ? AND packet_id = 0",
-                (sid,)).fetchone()
-            spilled = int(count) - len(queued)
-            # in the queue's units (Message.queued_cost): stored bytes + per-message overhead
-            spilled_bytes = (int(size) - sum(d.message.size for d in queued)
-                             + spilled * QUEUED_OVERHEAD)
-            sessions.append(RestoredSession(
-                record, inflight + queued, spilled, spilled_bytes, awaiting.get(sid, set()),
-            ))
-        return sessions
-
-    def _deliveries(
-        self, conn: sqlite3.Connection, where: str, args: tuple[Any, ...],
-        messages: dict[int, Message] | None = None,
-    ) -> list[Delivery]:
-        out: list[Delivery] = []
-        for row in conn.execute(
-            f"SELECT {_DELIVERY_COLUMNS} FROM deliveries d "
-            f"JOIN messages m ON m.id = d.message_id WHERE {where}", args,
-        ):
-            mid = int(row[6])
-            message = messages.get(mid) if messages is not None else None
-            if message is None:
-                message = message_from(row[6:], self.clock)
-                if messages is not None:
-                    messages[mid] = message
-            out.append(delivery_from(row[:6], message))
-        return out
+        return RestoredState(read_sessions(conn, self.clock, self.queue_page),
+                             read_retained(conn, self.clock))
 
     def load_deliveries(self, client_id: str, after_seq: int, limit: int) -> list[Delivery]:
         sid = self._sids.get(client_id)
@@ -636,8 +482,9 @@ class SqliteStore(BrokerHooks):
             gone.update(seq for s, seq, _m in batch.deletes if s == sid and seq > after_seq)
             gone.update(seq for (s, seq), (pid, _r) in batch.updates.items() if s == sid and pid)
         found: dict[int, Delivery] = {}
-        for delivery in self._deliveries(
-            self.reader, "d.sid = ? AND d.seq > ? AND d.packet_id = 0 ORDER BY d.seq LIMIT ?",
+        for delivery in read_deliveries(
+            self.reader, self.clock,
+            "d.sid = ? AND d.seq > ? AND d.packet_id = 0 ORDER BY d.seq LIMIT ?",
             (sid, after_seq, limit + len(gone)),
         ):
             found[delivery.store_seq] = delivery
@@ -727,11 +574,6 @@ class SqliteStore(BrokerHooks):
             log.warning("checkpoint at close failed: %s", exc)
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
 def _consume(future: asyncio.Future[None]) -> None:
     if not future.cancelled():
         future.exception()  # mark retrieved: every waiter already saw it
@@ -756,19 +598,6 @@ def _last_write_ms(path: Path) -> int:
     times = [p.stat().st_mtime for p in (path, Path(f"{path}-wal"))
              if p.exists() and p.stat().st_size > 0]  # a reader may leave an empty WAL
     return round((max(times) if times else time.time()) * 1000)
-
-
-def _distinct_sids(conn: sqlite3.Connection) -> Iterable[int]:
-    """Every sid present in deliveries, by hopping along the primary key (no full scan)."""
-    last = -1
-    while True:
-        row = conn.execute(
-            "SELECT sid FROM deliveries WHERE sid > ? ORDER BY sid LIMIT 1", (last,)
-        ).fetchone()
-        if row is None:
-            return
-        last = int(row[0])
-        yield last
 
 
 def _proc_write_bytes() -> int:

@@ -54,10 +54,10 @@ def test_work_arriving_during_a_commit_is_gathered_until_the_stream_ends(
             later.append(asyncio.create_task(store.flush()))
         release.set()
         await first
-        assert store._streaming
+        assert store.pacer.streaming
         await asyncio.gather(*later)
         # Nothing more arrived: the stream has ended, the next commit is a burst again.
-        assert not store._streaming
+        assert not store.pacer.streaming
 
     run(scenario())
     assert calls == [1, 10]

@@ -36,7 +36,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from gateway.appliance.demo.devices import POINTS
-from gateway.appliance.status_http import StatusUnavailableError, fetch_status
+from gateway.appliance.status_client import StatusUnavailableError, fetch_status
 
 UNITS = (1, 2, 3)
 GATEWAY_ID = "demo-gw"

@@ -110,9 +110,19 @@ class Broker:
         """Take a reloaded configuration's `[limits]` and `[sys]` while clients stay connected.
 
         Sessions created from now on get the new queue bounds; existing sessions only grow to
-        a larger bound, so a reload never drops a queued message.
+        a larger bound, and the memory budget of all queues together only grows, so a reload
+        never drops a queued message (a lower budget waits for a restart, with a warning).
         """
         limits = config.limits
+        budget = limits.max_queued_total_bytes or default_queue_budget()
+        if budget >= self.queue_budget.limit:
+            self.queue_budget.limit = budget
+        else:
+            log.warning(
+                "reload: limits.max_queued_total_bytes: lowering the queues' memory budget "
+                "needs a restart; keeping %d bytes (%d in use)", self.queue_budget.limit,
+                self.queue_budget.used,
+            )
         self.config = config
         self.limits = limits
         self.dispatch.limits = limits
@@ -413,7 +423,7 @@ class Broker:
         """Bytes written to a client socket (`$SYS/broker/bytes/sent`)."""
         self.sys.bytes_sent += size
 
-    # Admission (gateway/broker/net/listeners.py) refuses or delays before the broker sees a
+    # Admission (gateway/broker/net/admission.py) refuses or delays before the broker sees a
     # CONNECT; the counts are the broker's, for `$SYS` and the status page.
 
     def count_refused_rate(self) -> None:

@@ -53,7 +53,7 @@ class Counters:
     store_full: int = 0
     retained_refused: int = 0  # retained messages over max_retained_messages / _bytes
     # access control and abuse limits (gateway/broker/contracts/auth.py,
-    # gateway/broker/net/listeners.py)
+    # gateway/broker/net/admission.py)
     auth_failed: int = 0  # CONNECTs refused for bad credentials or anonymity
     auth_delayed: int = 0  # CONNECTs held back by the login throttle
     refused_rate: int = 0  # sockets closed: the address connects too fast

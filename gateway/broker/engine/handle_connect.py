@@ -44,8 +44,11 @@ def on_connect(broker: BrokerApi, conn: Connection, packet: Connect, now: float)
     conn.username = packet.username
     conn.info = ClientInfo(client_id, packet.username, conn.listener, conn.peer,
                            conn.anonymous_allowed)
+    holder = broker.sessions.get(client_id)
+    held_by_link = (holder is not None and holder.connection is not None
+                    and holder.connection.listener in INTERNAL_LISTENERS)
     refusal = connect_refusal(packet, broker.limits, broker.network_clients,
-                              conn.listener in INTERNAL_LISTENERS)
+                              conn.listener in INTERNAL_LISTENERS, held_by_link)
     if refusal is not None:
         if refusal.reason == ReasonCode.SERVER_BUSY:
             broker.count_refused_busy(conn)

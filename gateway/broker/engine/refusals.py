@@ -27,12 +27,16 @@ class Refusal:
 
 
 def connect_refusal(
-    packet: Connect, limits: LimitsConfig, clients_connected: int, internal: bool
+    packet: Connect, limits: LimitsConfig, clients_connected: int, internal: bool,
+    held_by_link: bool = False,
 ) -> Refusal | None:
     """Why a CONNECT is refused before authentication, or None.
 
     `clients_connected` counts network clients only; `internal` is true for the in-process
     links (bridge, uplink), which are part of the gateway: never refused for being too many.
+    `held_by_link`: an in-process link is connected with this client identifier. A network
+    client may not take such a session over (it would cut the gateway's own link and receive
+    what was meant for it), nor use a `$` identifier, which the gateway keeps for its links.
     """
     v5 = packet.protocol_level == MQTT_5
     if not packet.client_id:
@@ -41,6 +45,9 @@ def connect_refusal(
     elif len(packet.client_id) > limits.max_client_id_length:
         return Refusal(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
                        "client identifier longer than limits.max_client_id_length")
+    elif not internal and (held_by_link or packet.client_id.startswith("$")):
+        return Refusal(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+                       "client identifier reserved for the gateway's own links")
     if packet.properties.authentication_method is not None:
         return Refusal(ReasonCode.BAD_AUTHENTICATION_METHOD, "no authentication method is offered")
     if not internal and clients_connected >= limits.max_connections:

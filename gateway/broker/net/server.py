@@ -27,8 +27,9 @@ discarded until it closes or `LINGER_SECONDS` pass (lingering close). Closing a 
 unread input makes the kernel send a reset, and a client still writing would then see a broken
 pipe instead of the reason code. TLS and WebSocket transports cannot half-close: they close.
 
-Listeners and admission (gateway/broker/net/listeners.py): `start` binds every configured listener
-(tcp, tls, ws, wss, unix) through `listeners.start_listener`; each ends in an `MQTTConnection`.
+Listeners (gateway/broker/net/listeners.py) and admission (gateway/broker/net/admission.py):
+`start` binds every configured listener (tcp, tls, ws, wss, unix) through
+`listeners.start_listener`; each ends in an `MQTTConnection`.
 A new socket is counted per source address by `Admission.accept` (refused: closed at once), and
 the first CONNECT passes `Admission.on_connect`, which may park it (login throttle delay,
 password hash in a worker thread): reading pauses until `resume_connect`.
@@ -49,7 +50,7 @@ from gateway.broker.contracts.config import ListenerConfig, listener_labels
 from gateway.broker.core.session import Connection
 from gateway.broker.engine.broker import Broker
 from gateway.broker.engine.delivery import HIGH_WATER
-from gateway.broker.net import listeners
+from gateway.broker.net import admission, listeners
 
 log = logging.getLogger("outpost.server")
 
@@ -68,7 +69,7 @@ _UNSTORED_CONNACK_V5 = b"\x20\x03\x00\x88\x00"
 _UNSTORED_CONNACK_V3 = b"\x20\x02\x00\x03"
 
 
-class MQTTConnection(listeners.ClientConnection):
+class MQTTConnection(admission.ClientConnection):
     """One client socket."""
 
     # One per client, so no per-instance __dict__ (memory per idle client); the rest of the
@@ -84,8 +85,8 @@ class MQTTConnection(listeners.ClientConnection):
         self.listener = listener
         self.label = label or listener.bind  # ClientInfo.listener
         self.source: str | None = None  # counted by Admission (None: not counted)
-        self.admitted: listeners.PendingConnection | None = None  # released when it closes
-        self.pending: listeners.PendingConnection | None = None  # set until CONNECT is judged
+        self.admitted: admission.PendingConnection | None = None  # released when it closes
+        self.pending: admission.PendingConnection | None = None  # set until CONNECT is judged
         self.parked = False  # the CONNECT waits in Admission; reading is paused
         self.refused = False
         self.transport: asyncio.Transport | None = None
@@ -108,7 +109,7 @@ class MQTTConnection(listeners.ClientConnection):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if self.source is None:  # not admitted by a TLS acceptor: count it here
-            source = listeners.peer_source(peer)
+            source = admission.peer_source(peer)
             admitted = self.server.admission.accept(source, self.transport.abort)
             if admitted is None:
                 self.discard()
@@ -118,13 +119,13 @@ class MQTTConnection(listeners.ClientConnection):
         self.server.connections.add(self)
         self.transport.set_write_buffer_limits(HIGH_WATER, HIGH_WATER // 4)
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else (
-            str(peer) or listeners.UNIX_SOURCE)
+            str(peer) or admission.UNIX_SOURCE)
         self.conn = self.server.broker.open_connection(
             self, self.label, peer_text, self.server.anonymous_allowed(self.listener),
             self.server.loop.time(),
         )
 
-    def adopt(self, admitted: listeners.PendingConnection) -> None:
+    def adopt(self, admitted: admission.PendingConnection) -> None:
         """This connection was counted by Admission (released in `connection_lost`)."""
         self.source = admitted.source
         self.admitted = self.pending = admitted
@@ -387,7 +388,7 @@ class Server:
         self.addresses: list[tuple[str, int]] = []
         self.bound: list[str] = []  # "HOST:PORT", "HOST:PORT (tls)", "unix:PATH"
         self.unix_paths: list[Path] = []
-        self.admission = listeners.Admission(self, security)
+        self.admission = admission.Admission(self, security)
         self._dirty: list[MQTTConnection] = []
         self._waiting: set[MQTTConnection] = set()
         self._commit_task: asyncio.Task[None] | None = None

@@ -6,6 +6,7 @@ about secrets others can read."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import ssl
 import subprocess
@@ -134,3 +135,47 @@ def test_check_config_warns_about_secrets_others_can_read(tmp_path: Path) -> Non
         f"uplink.remotes.0.password_file: {secret} (mode 0640) can be read by others: chmod 600"]
     os.chmod(secret, 0o600)
     assert secret_warnings(parsed, config) == []
+
+
+def test_outpost_status_reads_an_https_endpoint_with_a_password(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki", clients=())
+    users = password_file(tmp_path / "status.passwd")
+    section = (f'password_file = "{users}"\n'
+               f'tls_cert = "{pki.server_cert}"\ntls_key = "{pki.server_key}"\n')
+    outpost = start_outpost(tmp_path / "gw", f'[status]\nbind = "0.0.0.0:0"\n{section}')
+    try:
+        assert outpost.status_url is not None
+        port = outpost.status_url.rstrip("/").rsplit(":", 1)[1]
+        # What the device's own configuration says, with the port the gateway got.
+        config = tmp_path / "outpost.toml"
+        config.write_text(f'[status]\nbind = "0.0.0.0:{port}"\n{section}', encoding="utf-8")
+
+        def status(*args: str, password: str | None = None
+                   ) -> subprocess.CompletedProcess[str]:
+            env = {k: v for k, v in os.environ.items() if k != "OUTPOST_STATUS_PASSWORD"}
+            if password is not None:
+                env["OUTPOST_STATUS_PASSWORD"] = password
+            return subprocess.run([sys.executable, "-m", "gateway", "status", *args],
+                                  capture_output=True, text=True, timeout=60, cwd=ROOT,
+                                  env=env, stdin=subprocess.DEVNULL, check=False)
+
+        anonymous = status("--config", str(config))
+        assert anonymous.returncode == 1
+        assert "wants a user name and password" in anonymous.stderr
+        assert "outpost status --user NAME" in anonymous.stderr
+        wrong = status("--config", str(config), "--user", "scraper", password="guess")
+        assert wrong.returncode == 1 and "was refused" in wrong.stderr
+        # https with the configured certificate pinned (it names localhost, not 127.0.0.1)
+        good = status("--config", str(config), "--user", "scraper", "--json", password="s3cret")
+        assert good.returncode == 0, good.stderr
+        assert "clients" in json.loads(good.stdout)
+        # an explicit URL is checked the usual way: the CA and the host name
+        url = f"https://localhost:{port}"
+        unknown_ca = status("--url", url, "--user", "scraper", password="s3cret")
+        assert unknown_ca.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in unknown_ca.stderr
+        by_url = status("--url", url, "--ca-file", str(pki.ca), "--user", "scraper",
+                        password="s3cret")
+        assert by_url.returncode == 0, by_url.stderr
+        assert "s3cret" not in outpost.log()
+    finally:
+        assert outpost.stop() == 0

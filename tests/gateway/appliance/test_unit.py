@@ -182,3 +182,30 @@ def test_journald_drop_in_caps_the_journal() -> None:
              "MaxRetentionSec", "Compress", "SyncIntervalSec", "RateLimitIntervalSec",
              "RateLimitBurst", "ForwardToSyslog", "ForwardToWall"}
     assert set(journal) <= known, set(journal) - known
+
+
+def test_update_units_verify_and_run_the_runner_as_root(unit_root: Path) -> None:
+    """outpost-update.path starts outpost-update.service (root: RAUC's D-Bus API is root's)
+    when the gateway spooled a request; both pass `systemd-analyze verify` silently."""
+    analyze = require("systemd-analyze")
+    for name in ("outpost-update.path", "outpost-update.service"):
+        shutil.copy(SYSTEMD / name, unit_root / "etc/systemd/system" / name)
+    result = subprocess.run(
+        [analyze, "verify", f"--root={unit_root}", "outpost-update.path",
+         "outpost-update.service"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout + result.stderr == ""
+    path = configparser.ConfigParser(strict=False)
+    path.optionxform = str  # type: ignore[assignment,method-assign]
+    path.read(SYSTEMD / "outpost-update.path")
+    assert path["Path"]["PathExists"] == "/var/lib/outpost/update-request.json"
+    assert path["Path"]["Unit"] == "outpost-update.service"
+    service = configparser.ConfigParser(strict=False, interpolation=None)
+    service.optionxform = str  # type: ignore[assignment,method-assign]
+    service.read(SYSTEMD / "outpost-update.service")
+    assert "User" not in service["Service"]  # root
+    exec_start = shlex.split(service["Service"]["ExecStart"])
+    assert exec_start[1:3] == ["update", "run-request"]
+    assert "/var/lib/outpost" in exec_start

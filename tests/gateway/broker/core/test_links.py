@@ -40,3 +40,24 @@ def test_links_do_not_count_towards_max_connections() -> None:
     bridge.close()
     assert h.broker.links_connected == 1
     assert h.broker.clients_connected == 2
+
+
+def test_network_clients_cannot_take_a_links_identifier() -> None:
+    h = Harness()
+    received: list[str] = []
+    bridge = Link(h.broker, "outpost-bridge", lambda: h.now,
+                  lambda message, qos, retain: received.append(message.topic))
+    bridge.subscribe("devices/+/set", qos=1)
+    # A network client with the identifier of a connected link: refused, the link stays.
+    _, impostor = h.connect("outpost-bridge")
+    assert [p.reason_code for p in impostor.packets()] == [2]  # type: ignore[attr-defined]
+    # `$` identifiers are the gateway's own, connected or not.
+    _, dollar = h.connect("$outpost-uplink-inbound")
+    assert [p.reason_code for p in dollar.packets()] == [2]  # type: ignore[attr-defined]
+    client, _ = h.connect("client")
+    h.send(client, Publish("devices/m1/set", b"7", qos=0))
+    assert received == ["devices/m1/set"]  # still delivered to the link
+    # Once the link is gone, its plain identifier is an ordinary one again.
+    bridge.close()
+    _, later = h.connect("outpost-bridge")
+    assert [p.reason_code for p in later.packets()] == [0]  # type: ignore[attr-defined]

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
+
 from gateway.base.memory import cgroup_memory_limit, ram_bytes
+from gateway.broker.contracts.config import BrokerConfig
 from gateway.broker.core.inflight import Delivery, Outbound, QueueBudget
 from gateway.broker.core.message import QUEUED_OVERHEAD, Message
+from gateway.broker.engine.broker import Broker
 
 
 def delivery(n: int, seq: int = 0) -> Delivery:
@@ -44,6 +49,24 @@ def test_drop_newest_and_an_empty_queue_refuse_the_new_message() -> None:
     new = delivery(3)
     assert newest.enqueue(new) == [new]  # nothing of its own to drop: the new one goes
     assert len(newest) == 0 and budget.used == 2 * COST
+
+
+def test_a_reload_raises_the_budget_but_never_lowers_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def config(total: int) -> BrokerConfig:
+        return BrokerConfig.model_validate({"limits": {"max_queued_total_bytes": total}})
+
+    broker = Broker(config(1 << 20))
+    broker.queue_budget.used = 700_000
+    broker.apply_config(config(2 << 20))
+    assert broker.queue_budget.limit == 2 << 20  # grown live
+    with caplog.at_level(logging.WARNING, logger="outpost.broker"):
+        broker.apply_config(config(1 << 19))
+    # lower than what is queued: kept until a restart, and said so
+    assert broker.queue_budget.limit == 2 << 20
+    assert "lowering the queues' memory budget needs a restart" in caplog.text
+    assert broker.queue_budget.used == 700_000
 
 
 def test_stored_deliveries_spill_instead_of_taking_memory() -> None:
