@@ -14,9 +14,10 @@ How this works:
   ``connected = false``) was about the link (a broken connection, a stopped cloud broker).
 * **Gateway runs.** The gateway's ``offline`` events cut each device's status stream into
   runs. The bridge publishes every device ``offline`` when it starts (the device is not
-  polled yet) and when it stops: the first status of a device in a run, when ``offline``, is
-  that start-up status, and an ``offline`` followed by the gateway's ``offline`` within
-  ``shutdown_window`` is the stop; neither is a device outage.
+  polled yet) and when it stops: the first status of a device in a run, when ``offline`` and
+  before any point of the device in that run, is that start-up status, and an ``offline``
+  followed by the gateway's ``offline`` within ``shutdown_window`` is the stop; neither is a
+  device outage.
 * **Silence**: a device is alive while its points report (any quality but ``bad``). When two
   consecutive reports are more than ``expected_interval x gap_factor`` apart, the device was
   down from ``previous report + expected_interval`` until the next report. A device silent
@@ -212,44 +213,62 @@ def offline_outages(
     status: DataFrame,
     horizon_df: DataFrame,
     shutdown_window_ms: int = AvailabilityParams.shutdown_window_ms,
+    points: DataFrame | None = None,
 ) -> DataFrame:
     """Outages from device ``offline`` events (see the module docstring for which count):
-    until the device's next status or its gateway's next ``offline``."""
+    until the device's next status or its gateway's next ``offline``.
+
+    With ``points``, a run's first status is the start-up one only when the device had not
+    reported a point in that run yet (by the gateway's receive time, the clock of the status):
+    the bridge publishes it before the first poll.
+    """
     devices = device_status(status)
+    none = {"status": F.lit(None).cast("string"), "seq": F.lit(None).cast("long")}
     gateway_down = (
         gateway_status(status)
         .where(F.col("status") == c.STATUS_OFFLINE)
         .select("gateway", "event_ms")
         .distinct()
         .join(devices.select(*DEVICE).distinct(), "gateway")
-        .withColumns({"status": F.lit(None).cast("string"), "_gw": F.lit(1)})
+        .withColumns({**none, "_k": F.lit(1)})
     )
     events = (
         devices.select(*DEVICE, "event_ms", "status", "seq")
-        .withColumn("_gw", F.lit(0))
-        .unionByName(gateway_down.withColumn("seq", F.lit(None).cast("long")))
+        .withColumn("_k", F.lit(0))
+        .unionByName(gateway_down)
     )
-    order = Window.partitionBy(*DEVICE).orderBy("event_ms", "_gw", "seq")
-    run = F.sum("_gw").over(order.rowsBetween(Window.unboundedPreceding, 0))
-    in_run = Window.partitionBy(*DEVICE, "_gwrun").orderBy("event_ms", "_gw", "seq")
-    steps = (
-        events.withColumn("_gwrun", run)
+    if points is not None:
+        reported = (
+            points.where(F.col("received_ms").isNotNull())
+            .select(*DEVICE, F.col("received_ms").alias("event_ms"))
+            .withColumns({**none, "_k": F.lit(2)})
+        )
+        events = events.unionByName(reported)
+    order = Window.partitionBy(*DEVICE).orderBy("event_ms", "_k", "seq")
+    so_far = order.rowsBetween(Window.unboundedPreceding, 0)
+    in_run = Window.partitionBy(*DEVICE, "_gwrun").orderBy("event_ms", "_k", "seq")
+    ranked = (
+        events.withColumn("_gwrun", F.sum((F.col("_k") == 1).cast("int")).over(so_far))
         .withColumns(
             {
-                "_nth": F.sum(1 - F.col("_gw")).over(
+                "_nth": F.sum((F.col("_k") == 0).cast("int")).over(
                     in_run.rowsBetween(Window.unboundedPreceding, 0)
                 ),
-                "next_ms": F.lead("event_ms").over(order),
-                "_next_gw": F.lead("_gw").over(order),
+                "_pts": F.sum((F.col("_k") == 2).cast("int")).over(
+                    in_run.rowsBetween(Window.unboundedPreceding, 0)
+                ),
             }
         )
-        .crossJoin(horizon_df)
+        .where(F.col("_k") < 2)
     )
-    startup = F.col("_nth") == 1
-    shutdown = (F.col("_next_gw") == 1) & (
+    steps = ranked.withColumns(
+        {"next_ms": F.lead("event_ms").over(order), "_next_k": F.lead("_k").over(order)}
+    ).crossJoin(horizon_df)
+    startup = (F.col("_nth") == 1) & (F.col("_pts") == 0)
+    shutdown = (F.col("_next_k") == 1) & (
         F.col("next_ms") - F.col("event_ms") <= F.lit(shutdown_window_ms)
     )
-    counted = (F.col("_gw") == 0) & (F.col("status") == c.STATUS_OFFLINE) & ~startup & ~shutdown
+    counted = (F.col("_k") == 0) & (F.col("status") == c.STATUS_OFFLINE) & ~startup & ~shutdown
     return steps.where(counted).select(
         *DEVICE,
         F.col("event_ms").alias("start_ms"),
@@ -338,7 +357,7 @@ def device_outages(
     (found with the uplink diagnostics ``uplink`` when given, see :func:`gateway_outages`)."""
     edge = horizon(points, status)
     both = silence_outages(points, edge, params).unionByName(
-        offline_outages(status, edge, params.shutdown_window_ms)
+        offline_outages(status, edge, params.shutdown_window_ms, points)
     )
     merged = merge_intervals(both, DEVICE)
     down = gateway_outages(status, edge, uplink, params.alive_window_ms)

@@ -24,15 +24,14 @@ PARAMS = AvailabilityParams(
 
 
 def fleet(spark: SparkSession):  # type: ignore[no-untyped-def]
-    """m1: reports at 0, 60, 120, 600, 660 s.  m2: 0, 60, then 300…660 every 60 s; online at
-    0 s, offline at 120 s, online at 300 s.  m3: 0 and 60 s, then silent.  Horizon: 660 s."""
+    """m1: reports at 0, 60, 120, 600, 660 s.  m2: 0, 60, then 300…660 every 60 s, and
+    offline at 120 s, online at 300 s.  m3: 0 and 60 s, then silent.  Horizon: 660 s."""
     rows = [point(n, T0 + s * S, 1, device="m1") for n, s in enumerate([0, 60, 120, 600, 660])]
     m2_times = [0, 60, *range(300, 661, 60)]
     rows += [point(100 + n, T0 + s * S, 1, device="m2") for n, s in enumerate(m2_times)]
     rows += [point(200 + n, T0 + s * S, 1, device="m3") for n, s in enumerate([0, 60])]
     rows.append(point(300, T0 + 90 * S, None, device="m3", quality="bad"))
-    statuses = [(0, "m2", "online"), (2, "m2", "offline"), (5, "m2", "online")]
-    return points(spark, rows), status(spark, statuses)
+    return points(spark, rows), status(spark, [(2, "m2", "offline"), (5, "m2", "online")])
 
 
 def test_outages_from_silence_and_offline_status_are_merged(spark: SparkSession) -> None:

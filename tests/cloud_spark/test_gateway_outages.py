@@ -58,8 +58,8 @@ def killed_and_restarted(spark: SparkSession) -> tuple[DataFrame, DataFrame]:
     }
     rows: list[tuple[float, str | None, str]] = []
     for device in ("m1", "m2"):  # start-up: not polled yet, then the first answer
-        rows += [(0.1, device, "offline"), (0.3, device, "online")]
-    rows.append((0.5, None, "online"))  # the uplink connected
+        rows += [(-0.5, device, "offline"), (-0.2, device, "online")]
+    rows.append((-0.1, None, "online"))  # the uplink connected
     rows.append((100.0, None, "offline"))  # SIGKILL: the cloud broker publishes the will
     for device in ("m1", "m2"):
         rows += [(128.1, device, "offline"), (128.4, device, "online")]
@@ -91,7 +91,7 @@ def test_a_killed_gateway_is_one_gateway_outage_and_no_device_outage(
 def test_a_device_that_fails_its_first_polls_is_down_from_its_second_offline(
     spark: SparkSession,
 ) -> None:
-    pts = reports(spark, {"m1": [0, 10, 60, 70]})
+    pts = reports(spark, {"m1": [60, 70, 80]})
     sts = statuses(
         spark,
         [(0.1, "m1", "offline"), (3.0, "m1", "offline"), (58.0, "m1", "online"),
@@ -99,6 +99,15 @@ def test_a_device_that_fails_its_first_polls_is_down_from_its_second_offline(
     )  # fmt: skip
     got = device_outages(pts, sts, PARAMS).select("start_ms", "end_ms", "cause")
     assertDataFrameEqual(got, [Row(start_ms=T0 + 3 * S, end_ms=T0 + 58 * S, cause="offline")])
+
+
+def test_a_first_offline_after_the_device_reported_is_an_outage(spark: SparkSession) -> None:
+    """Data whose statuses do not begin with the bridge's start-up status (another producer,
+    a generator): an offline after points of the device is the device's."""
+    pts = reports(spark, {"m1": [0, 10, 20, 30, 100, 110]})
+    sts = statuses(spark, [(35.0, "m1", "offline"), (95.0, "m1", "online")])
+    got = device_outages(pts, sts, PARAMS).select("start_ms", "end_ms", "cause")
+    assertDataFrameEqual(got, [Row(start_ms=T0 + 35 * S, end_ms=T0 + 95 * S, cause="offline")])
 
 
 def test_silence_while_the_gateway_was_down_is_the_gateway_outage(spark: SparkSession) -> None:
