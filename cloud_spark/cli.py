@@ -132,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     rollups.add_argument(
         "--qualities", type=_csv, default=("good", "uncertain"), help="CSV of qualities used"
     )
-    availability = _add_job(sub, "availability", "device outages, uptime, link outages")
+    availability = _add_job(
+        sub, "availability", "device, gateway and link outages, uptime"
+    )
     availability.add_argument(
         "--expected-interval-s", type=float, default=60.0, help="heartbeat of the devices"
     )
@@ -144,6 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     availability.add_argument(
         "--link-min-messages", type=_positive_int, default=10, help="in a row, to count"
+    )
+    availability.add_argument(
+        "--shutdown-window-s", type=float, default=5.0,
+        help="device offline this soon before its gateway's offline = the bridge stopping",
+    )  # fmt: skip
+    availability.add_argument(
+        "--full", action="store_true", help="recompute every day, not only the touched ones"
     )
     quality = _add_job(sub, "quality", "missing seq, out-of-range, stuck values, clock skew")
     quality.add_argument(
@@ -208,6 +217,8 @@ def job_params(name: str, args: argparse.Namespace) -> Any:
             gap_factor=get("gap_factor", 2.0),
             link_delay_ms=_ms(get("link_delay_s", 120.0)),
             link_min_messages=get("link_min_messages", 10),
+            shutdown_window_ms=_ms(get("shutdown_window_s", 5.0)),
+            full=get("full", False),
         )
     if name == "quality":
         return QualityParams(

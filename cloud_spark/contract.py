@@ -53,6 +53,8 @@ STATUS_LEAF: Final = "status"
 DIAGNOSTICS_LEAF: Final = "diagnostics"
 #: local topic of the uplink's own diagnostics
 UPLINK_DIAGNOSTICS_TOPIC: Final = "$SYS/outpost/uplink"
+#: the ``topic`` metadata of the gateway's own status (``online``/``offline``, no ``seq``)
+GATEWAY_STATUS_TOPIC: Final = "$SYS/outpost/status"
 
 POINT_FIELDS: Final = ("value", "unit", "ts", "quality")
 QUALITIES: Final = ("good", "uncertain", "bad")

@@ -184,6 +184,16 @@ OUTAGES = _schema(
     ("event_date", DATE),
 )
 
+GATEWAY_OUTAGES = _schema(
+    ("gateway", S),
+    ("start_ms", L),
+    ("end_ms", L),
+    ("start_ts", TS),
+    ("duration_s", D),
+    ("open", B),
+    ("event_date", DATE),
+)
+
 AVAILABILITY = _schema(
     ("gateway", S),
     ("device", S),
@@ -295,6 +305,9 @@ REPORT = _schema(
     ("missing_seq", L),
     ("device_outages", L),
     ("downtime_s", D),
+    ("gateway_outages", L),
+    ("gateway_down_s", D),
     ("link_outages", L),
+    ("link_down_s", D),
     ("quality_flags", L),
 )

@@ -48,6 +48,9 @@ TABLES: dict[str, Table] = {
     "quarantine": Table("silver/quarantine", s.QUARANTINE, ("ingest_date",)),
     "rollups": Table("gold/rollups", s.ROLLUPS, ("grain", "window_date")),
     "outages": Table("gold/outages", s.OUTAGES, ("event_date",), replace_whole=True),
+    "gateway_outages": Table(
+        "gold/gateway_outages", s.GATEWAY_OUTAGES, ("event_date",), replace_whole=True
+    ),
     "availability": Table("gold/availability", s.AVAILABILITY, ("event_date",)),
     "link_outages": Table("gold/link_outages", s.LINK_OUTAGES, ("event_date",), replace_whole=True),
     "seq_summary": Table("gold/seq_summary", s.SEQ_SUMMARY),

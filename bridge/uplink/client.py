@@ -17,13 +17,20 @@ QoS 1 will `offline` on that topic (published by the remote when the link breaks
 DISCONNECT: the gateway crashed, was killed, lost power or network). After each successful
 connect the link publishes a retained `online` there before it drains, and when a session ends
 on the gateway's side (a clean shutdown, or an error that makes the link reconnect) it publishes
-a retained `offline` before its DISCONNECT, which makes the remote discard the will.
+a retained `offline` before its DISCONNECT, which makes the remote discard the will. On MQTT 5
+remotes the status (and the will) carries user properties `gateway`, `epoch` and `topic`
+(`$SYS/outpost/status`), plus `received_ms` when the gateway itself publishes it, but no `seq`:
+the cloud lands it and tells the gateway's outages from its devices' by it.
 
 Gateway status subtopics: other parts of the gateway (the remote update trigger) report on
 `<status_topic>/<subtopic>` through `offer_status`. Retained ones are kept (the latest per
 subtopic) and published again after every connect, so the remote always holds the current
 value; one-off events wait in a bounded queue while the link is down. They are sent after the
 `online` status, each at QoS 1, by a task next to the drain.
+
+Forward rules are the configured ones plus the built-in rule that forwards the uplink's own
+diagnostics (`UplinkConfig.forward_rules`). `attempted` is set once the first connection attempt
+ended either way, so the first diagnostics report says how that attempt went.
 """
 
 from __future__ import annotations
@@ -41,9 +48,17 @@ from typing import Any
 
 import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties as PahoProperties
 
-from bridge.uplink.config import RemoteConfig, UplinkConfig
-from bridge.uplink.envelope import Outgoing, outgoing
+from bridge.uplink.config import STATUS_LOCAL_TOPIC, ForwardRule, RemoteConfig, UplinkConfig
+from bridge.uplink.envelope import (
+    PROP_EPOCH,
+    PROP_GATEWAY,
+    PROP_RECEIVED_MS,
+    PROP_TOPIC,
+    Outgoing,
+    outgoing,
+)
 from bridge.uplink.pacing import Backoff, TokenBucket
 from gateway.base.hostport import parse_host_port
 from gateway.base.outbox import Outbox, OutboxRecord
@@ -206,6 +221,10 @@ class RemoteLink:
             self.status_topic = remote.gateway_status_topic(gateway_id)
         except ValueError as exc:
             raise ValueError(f"uplink remote {remote.name!r}: {exc}") from None
+        self._rules_of: UplinkConfig | None = None
+        self._rules: list[tuple[str, ForwardRule]] = []
+        self.rules()  # a bad default diagnostics topic fails here, at start
+        self.attempted = asyncio.Event()  # the first connection attempt has ended
         self.backoff = Backoff(remote.backoff_initial, remote.backoff_max)
         self.inflight: set[int] = set()
         self.deferred: dict[int, float] = {}  # refused records: seq -> retry time
@@ -215,13 +234,15 @@ class RemoteLink:
         self._rate_count = 0
         self._rate_since = clock()
 
-    def rules(self) -> list[tuple[str, Any]]:
-        """The forward rules of this remote as (rule name, rule)."""
-        return [
-            (self.config.rule_name(i), rule)
-            for i, rule in enumerate(self.config.forward)
-            if rule.remote == self.remote.name
-        ]
+    def rules(self) -> list[tuple[str, ForwardRule]]:
+        """The forward rules of this remote as (rule name, rule), built-in ones included."""
+        if self._rules_of is not self.config:  # made once per configuration (reload)
+            self._rules = [
+                (name, rule) for name, rule in self.config.forward_rules(self.gateway_id)
+                if rule.remote == self.remote.name
+            ]
+            self._rules_of = self.config
+        return self._rules
 
     def offer_status(self, subtopic: str, payload: bytes, retain: bool) -> None:
         """Publish `payload` on `<status_topic>/<subtopic>` (now, or once connected); a
@@ -244,6 +265,7 @@ class RemoteLink:
                     await self._session(host, port, address)
                 except Exception as exc:  # also the ExceptionGroup of the session's tasks
                     self._set_connected(False, address, describe(exc))
+                    self.attempted.set()
             delay = self.backoff.next_delay()
             log.info("uplink %s: reconnecting in %.1f s", self.remote.name, delay)
             await asyncio.sleep(delay)
@@ -284,6 +306,7 @@ class RemoteLink:
         ) as client:
             self.backoff.reset()
             self._set_connected(True, address)
+            self.attempted.set()
             try:
                 await self._announce(client, STATUS_ONLINE, PUBACK_TIMEOUT)
                 rules = [rule for rule in self.config.inbound if rule.remote == remote.name]
@@ -313,13 +336,29 @@ class RemoteLink:
         connection breaks without a DISCONNECT."""
         if self.status_topic is None:
             return None
-        return aiomqtt.Will(self.status_topic, STATUS_OFFLINE, qos=1, retain=True)
+        properties = None
+        if self.remote.protocol == 5:
+            properties = PahoProperties(PacketTypes.WILLMESSAGE)  # type: ignore[no-untyped-call]
+            properties.UserProperty = list(self._status_properties(None))
+        return aiomqtt.Will(self.status_topic, STATUS_OFFLINE, qos=1, retain=True,
+                            properties=properties)
+
+    def _status_properties(self, received_ms: int | None) -> tuple[tuple[str, str], ...]:
+        """Who says this status (no `seq`: it is not an outbox message); `received_ms` when
+        the gateway publishes it itself (the remote publishes the will: its time is unknown
+        here, the cloud takes its arrival)."""
+        props = ((PROP_GATEWAY, self.gateway_id), (PROP_EPOCH, self.outbox.epoch),
+                 (PROP_TOPIC, STATUS_LOCAL_TOPIC))
+        if received_ms is None:
+            return props
+        return (*props, (PROP_RECEIVED_MS, str(received_ms)))
 
     async def _announce(self, client: _Client, state: bytes, timeout: float) -> None:
         """Publish the retained gateway status and wait for its PUBACK."""
         if self.status_topic is None:
             return
-        future = client.publish_start(Outgoing(self.status_topic, state, 1, True))
+        props = self._status_properties(int(time.time() * 1000)) if client.v5 else ()
+        future = client.publish_start(Outgoing(self.status_topic, state, 1, True, props))
         code = await asyncio.wait_for(future, timeout)
         if code:
             log.warning("uplink %s: remote refused the gateway status on %s with 0x%02X",
@@ -409,8 +448,11 @@ class RemoteLink:
                         self.outbox.release(r.seq for r in records[sent:])
             if not sent_any:
                 self.wake.clear()
+                # asyncio.timeout, not wait_for: on Python 3.11 a wait_for whose event is set
+                # as the task is cancelled can hold the cancellation, and the stop hangs
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), IDLE_POLL)
+                    async with asyncio.timeout(IDLE_POLL):
+                        await self.wake.wait()
 
     def _skip_set(self) -> set[int]:
         now = self.clock()

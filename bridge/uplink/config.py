@@ -8,6 +8,11 @@ map remote → local:
     local "devices/m1/power", prefix "site7/"                          → "site7/devices/m1/power"
     remote "cmd/site7/m1/power/set", strip "cmd/site7/", prefix "devices/"
                                                                        → "devices/m1/power/set"
+
+Besides the configured forward rules, every remote gets one built-in rule (unless its
+`diagnostics_topic` is ""): the uplink's own diagnostics, published locally on
+`$SYS/outpost/uplink`, go through the outbox to `outpost-diagnostics/<gateway_id>`, so what
+the uplink reports during a link outage reaches the cloud once the link is back.
 """
 
 from __future__ import annotations
@@ -32,6 +37,16 @@ from gateway.broker.codec.errors import MQTTProtocolError
 from gateway.broker.codec.topics import validate_topic_filter, validate_topic_name
 
 DEFAULT_STATUS_TOPIC = "outpost-status/{gateway_id}"
+DEFAULT_DIAGNOSTICS_TOPIC = "outpost-diagnostics/{gateway_id}"
+#: local topic of the uplink's diagnostics (JSON every `status_interval`)
+DIAGNOSTICS_LOCAL_TOPIC = "$SYS/outpost/uplink"
+#: the local topic the gateway status carries as its `topic` metadata (MQTT 5 remotes)
+STATUS_LOCAL_TOPIC = "$SYS/outpost/status"
+#: built-in rule names start with this; configured rules may not
+BUILTIN_RULE_PREFIX = "$"
+#: caps of the built-in diagnostics rule: weeks of outage at the default 10 s interval
+DIAGNOSTICS_MAX_MESSAGES = 200_000
+DIAGNOSTICS_MAX_BYTES = 64 << 20
 CREDENTIALS_ENV = "CREDENTIALS_DIRECTORY"  # set by systemd for a unit with LoadCredential=
 
 
@@ -67,6 +82,19 @@ class TopicMap(_Section):
         if self.strip and topic.startswith(self.strip):
             topic = topic[len(self.strip):]
         return self.prefix + topic
+
+
+def _topic_for(configured: str | None, default: str, gateway_id: str, key: str) -> str | None:
+    """A configured topic ("" is none), else the default made from the gateway id."""
+    if configured is not None:
+        return configured or None
+    topic = default.format(gateway_id=gateway_id)
+    try:
+        validate_topic_name(topic)
+    except MQTTProtocolError as exc:
+        raise ValueError(f"the default {key.replace('_', ' ')} {topic!r}: {exc.reason} "
+                         f'(set {key}, or "" for none)') from None
+    return topic
 
 
 class TlsConfig(_Section):
@@ -125,7 +153,13 @@ class RemoteConfig(_Section):
         ' remote; default "outpost-status/<gateway_id>", "" for none',
     )
 
-    @field_validator("status_topic")
+    diagnostics_topic: str | None = Field(
+        default=None,
+        description="where the uplink's own diagnostics ($SYS/outpost/uplink) go on this"
+        ' remote, through the outbox; default "outpost-diagnostics/<gateway_id>", "" for none',
+    )
+
+    @field_validator("status_topic", "diagnostics_topic")
     @classmethod
     def _check_status_topic(cls, value: str | None) -> str | None:
         if value:
@@ -141,15 +175,16 @@ class RemoteConfig(_Section):
         Raises ValueError when the default cannot be made from `gateway_id` (a `+`, `#` or
         U+0000 in it); a configured `status_topic` was checked when it was read.
         """
-        if self.status_topic is not None:
-            return self.status_topic or None
-        topic = DEFAULT_STATUS_TOPIC.format(gateway_id=gateway_id)
-        try:
-            validate_topic_name(topic)
-        except MQTTProtocolError as exc:
-            raise ValueError(f"the default status topic {topic!r}: {exc.reason} "
-                             '(set status_topic, or "" for none)') from None
-        return topic
+        return _topic_for(self.status_topic, DEFAULT_STATUS_TOPIC, gateway_id, "status_topic")
+
+    def gateway_diagnostics_topic(self, gateway_id: str) -> str | None:
+        """The topic of the uplink's diagnostics on the remote, or None when disabled.
+
+        Raises ValueError like :meth:`gateway_status_topic`.
+        """
+        return _topic_for(
+            self.diagnostics_topic, DEFAULT_DIAGNOSTICS_TOPIC, gateway_id, "diagnostics_topic"
+        )
 
     @field_validator("password_file")
     @classmethod
@@ -250,8 +285,34 @@ class UplinkConfig(_Section):
                 )
         if self.enabled and not self.remotes:
             raise ValueError("enabled uplink needs at least one [[uplink.remotes]]")
+        for index, rule in enumerate(self.forward):
+            if rule.name.startswith(BUILTIN_RULE_PREFIX):
+                raise ValueError(f"forward.{index}.name: {rule.name!r}: names starting with "
+                                 f"{BUILTIN_RULE_PREFIX!r} are the uplink's own")
         return self
 
     def rule_name(self, index: int) -> str:
         """Stable name of forward rule `index` (its `name` or `forward.<index>`)."""
         return self.forward[index].name or f"forward.{index}"
+
+    def forward_rules(self, gateway_id: str) -> list[tuple[str, ForwardRule]]:
+        """Every forward rule as (name, rule): the configured ones, then one built-in rule
+        per remote that forwards the uplink's diagnostics to its `diagnostics_topic`.
+
+        Raises ValueError when a default diagnostics topic cannot be made from `gateway_id`.
+        """
+        rules = [(self.rule_name(i), rule) for i, rule in enumerate(self.forward)]
+        for remote in self.remotes:
+            try:
+                topic = remote.gateway_diagnostics_topic(gateway_id)
+            except ValueError as exc:
+                raise ValueError(f"uplink remote {remote.name!r}: {exc}") from None
+            if topic is None:
+                continue
+            rules.append((f"{BUILTIN_RULE_PREFIX}diagnostics.{remote.name}", ForwardRule(
+                filter=DIAGNOSTICS_LOCAL_TOPIC, remote=remote.name,
+                topic=TopicMap(strip=DIAGNOSTICS_LOCAL_TOPIC, prefix=topic),
+                max_messages=DIAGNOSTICS_MAX_MESSAGES, max_bytes=DIAGNOSTICS_MAX_BYTES,
+                overflow="drop-oldest",
+            )))
+        return rules

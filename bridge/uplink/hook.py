@@ -5,7 +5,8 @@ synchronous step that precedes the publisher's acknowledgement; appending here p
 in the store's current group commit, so a PUBACK implies the record is stored. Rules are matched
 with the broker's own subscription table (one "client" per rule), so matching is cached per
 topic. Messages that came in from the cloud carry the inbound link's client id as their origin
-and are never forwarded back out.
+and are never forwarded back out. The rules are the configured ones plus the built-in rule per
+remote that forwards the uplink's own diagnostics (`UplinkConfig.forward_rules`).
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ class UplinkHook(BrokerHooks):
         config: UplinkConfig,
         outbox: Outbox,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        *,
+        gateway_id: str = "",
     ) -> None:
         self.outbox = outbox
+        self.gateway_id = gateway_id
         self.wall_ms = wall_ms
         self.appended = 0
         self.on_append: Callable[[], None] | None = None  # wakes the drain loops
@@ -46,7 +50,7 @@ class UplinkHook(BrokerHooks):
         """(Re)load the forward rules (also used by a configuration reload)."""
         self.config = config
         self.table = SubscriptionTable()
-        self.rules = {config.rule_name(i): rule for i, rule in enumerate(config.forward)}
+        self.rules = dict(config.forward_rules(self.gateway_id))
         self.limits = {
             name: RuleLimits(rule.max_messages, rule.max_bytes, rule.overflow == "drop-oldest")
             for name, rule in self.rules.items()

@@ -3,9 +3,12 @@
 How this works: the composition layer creates the outbox and the `UplinkHook` before the broker
 (the hook must see every publish), then `UplinkService.start` once the broker runs. The service
 wakes the drain loops when the hook appends and publishes `$SYS/outpost/uplink` (JSON, the cloud
-contract's fields) every `status_interval`. `publish_gateway_status` hands a gateway status
-subtopic (the remote update trigger's reports) to every link. Each link logs the backlog
-(messages, bytes, oldest age, drops so far) when it connects or loses its connection.
+contract's fields) every `status_interval`, the first time once every link's first connection
+attempt has ended (a report taken while the links are still connecting would say
+"disconnected" at every start). A built-in forward rule per remote carries these reports
+through the outbox to the cloud. `publish_gateway_status` hands a gateway status subtopic (the
+remote update trigger's reports) to every link. Each link logs the backlog (messages, bytes,
+oldest age, drops so far) when it connects or loses its connection.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 from typing import Any
 
 from bridge.uplink.client import RemoteLink
-from bridge.uplink.config import UplinkConfig
+from bridge.uplink.config import DIAGNOSTICS_LOCAL_TOPIC, UplinkConfig
 from bridge.uplink.hook import INBOUND_CLIENT_ID, UplinkHook
 from gateway.base.outbox import Outbox
 from gateway.broker.engine.broker import Broker
@@ -26,7 +29,8 @@ from gateway.broker.engine.links import Link
 
 log = logging.getLogger("outpost.uplink")
 
-STATUS_TOPIC = "$SYS/outpost/uplink"
+STATUS_TOPIC = DIAGNOSTICS_LOCAL_TOPIC
+FIRST_REPORT_WAIT = 30.0  # seconds the first report waits for the first connection attempts
 
 
 class UplinkService:
@@ -112,11 +116,14 @@ class UplinkService:
                  len(new.forward), len(new.inbound))
 
     async def _report(self) -> None:
+        attempts = [link.attempted.wait() for link in self.links]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*attempts), FIRST_REPORT_WAIT)
         while True:
-            await asyncio.sleep(self.config.status_interval)
             if self.status_link is not None:
                 payload = json.dumps(self.status(), separators=(",", ":")).encode()
                 self.status_link.publish(STATUS_TOPIC, payload, 0, True)
+            await asyncio.sleep(self.config.status_interval)
 
     async def stop(self) -> None:
         """Cancel the links (unacknowledged records stay in the outbox); a connected link

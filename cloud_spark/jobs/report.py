@@ -32,6 +32,7 @@ INPUTS = (
     "quarantine",
     "seq_summary",
     "outages",
+    "gateway_outages",
     "link_outages",
     "quality_flags",
 )
@@ -76,7 +77,16 @@ def summarize(frames: dict[str, DataFrame]) -> DataFrame:
             device_outages=count,
             downtime_s=F.coalesce(F.sum("duration_s"), F.lit(0.0)),
         ),
-        _scalar(frames["link_outages"], link_outages=count),
+        _scalar(
+            frames["gateway_outages"],
+            gateway_outages=count,
+            gateway_down_s=F.coalesce(F.sum("duration_s"), F.lit(0.0)),
+        ),
+        _scalar(
+            frames["link_outages"],
+            link_outages=count,
+            link_down_s=F.coalesce(F.sum("duration_s"), F.lit(0.0)),
+        ),
         _scalar(frames["quality_flags"], quality_flags=count),
     ]
     row = parts[0]
@@ -121,7 +131,10 @@ def render(
         "gateway epochs",
         f"device outages     {summary['device_outages']:>12,}   downtime "
         f"{summary['downtime_s']:,.0f} s",
-        f"link outages       {summary['link_outages']:>12,}",
+        f"gateway outages    {summary['gateway_outages']:>12,}   downtime "
+        f"{summary['gateway_down_s']:,.0f} s",
+        f"link outages       {summary['link_outages']:>12,}   downtime "
+        f"{summary['link_down_s']:,.0f} s",
         f"quality flags      {summary['quality_flags']:>12,}",
     ]
     verdict = "OK: nothing lost" if summary["missing_seq"] == 0 else "MISSING MESSAGES"

@@ -134,9 +134,12 @@ def points(parsed: DataFrame, late_after_ms: int = SilverParams.late_after_ms) -
 
 
 def status(parsed: DataFrame) -> DataFrame:
-    """Device online/offline events; the event time is the gateway's receive time."""
+    """Device online/offline events and the gateway's own (``device`` null, ``seq`` null);
+    the event time is the gateway's receive time (the landing time for a will, which the
+    cloud broker published)."""
     event = F.coalesce(F.col("received_ms"), F.col("ingest_ms"))
-    return _good(parsed, sp.KIND_STATUS).select(
+    kinds = F.col("kind").isin(sp.KIND_STATUS, sp.KIND_GATEWAY_STATUS)
+    return parsed.where(F.col("reason").isNull() & kinds).select(
         *ID,
         "device",
         F.col("status_value").alias("status"),

@@ -5,7 +5,9 @@ How this works:
 * :func:`classify` reads the *local* topic (never the remote one) and adds ``kind``,
   ``device`` and ``point``: ``<prefix>/<device>/status`` → status,
   ``<prefix>/<device>/diagnostics`` → device diagnostics, ``<prefix>/<device>/<point>`` →
-  point, the uplink diagnostics topic → uplink, anything else → unknown.
+  point, the uplink diagnostics topic → uplink, ``$SYS/outpost/status`` → the gateway's own
+  status (it carries ``gateway`` and ``epoch`` but no ``seq``: it is not an outbox message),
+  anything else → unknown.
 * :func:`parse_payloads` decodes the payload text (UTF-8 or base64), parses JSON payloads
   once into a Spark VARIANT (``try_parse_json``) and validates each field of the kind's
   contract with ``schema_of_variant``: a JSON number is not a string that looks like one, a
@@ -31,6 +33,7 @@ KIND_POINT = "point"
 KIND_STATUS = "status"
 KIND_DEVICE_DIAGNOSTICS = "device_diagnostics"
 KIND_UPLINK_DIAGNOSTICS = "uplink_diagnostics"
+KIND_GATEWAY_STATUS = "gateway_status"
 KIND_UNKNOWN = "unknown"
 JSON_KINDS = (KIND_POINT, KIND_DEVICE_DIAGNOSTICS, KIND_UPLINK_DIAGNOSTICS)
 
@@ -101,6 +104,7 @@ def classify(
     )
     kind = (
         F.when(topic == F.lit(uplink_topic), KIND_UPLINK_DIAGNOSTICS)
+        .when(topic == F.lit(c.GATEWAY_STATUS_TOPIC), KIND_GATEWAY_STATUS)
         .when(matched & (leaf == c.STATUS_LEAF), KIND_STATUS)
         .when(matched & (leaf == c.DIAGNOSTICS_LEAF), KIND_DEVICE_DIAGNOSTICS)
         .when(matched, KIND_POINT)
@@ -170,7 +174,9 @@ def _get(name: str, sql_type: str) -> Column:
 def parse_payloads(classified: DataFrame) -> DataFrame:
     """Validate payloads of classified rows; add ``reason`` and the typed payload columns."""
     kind = F.col("kind")
-    has_id = F.col("gateway").isNotNull() & F.col("epoch").isNotNull() & F.col("seq").isNotNull()
+    sender = F.col("gateway").isNotNull() & F.col("epoch").isNotNull()
+    has_id = sender & (F.col("seq").isNotNull() | (kind == KIND_GATEWAY_STATUS))
+    statuses = kind.isin(KIND_STATUS, KIND_GATEWAY_STATUS)
     text = _payload_text()
     stage = classified.withColumn("_text", text).withColumn(
         "_v", F.when(kind.isin(*JSON_KINDS), F.try_parse_json(F.col("_text")))
@@ -187,7 +193,7 @@ def parse_payloads(classified: DataFrame) -> DataFrame:
             for name in names
         }
     )
-    status_text = F.when(kind == KIND_STATUS, F.regexp_replace(F.col("_text"), r"^\s+|\s+$", ""))
+    status_text = F.when(statuses, F.regexp_replace(F.col("_text"), r"^\s+|\s+$", ""))
     # a missing ts is either a missing field or not an object at all; && short-circuits
     not_object = F.col("_t_ts").isNull() & ~F.schema_of_variant(F.col("_v")).startswith("OBJECT")
     json_reason = (
@@ -203,7 +209,7 @@ def parse_payloads(classified: DataFrame) -> DataFrame:
         .when(F.col("local_topic").isNull(), F.lit("missing_topic"))
         .when(kind == KIND_UNKNOWN, F.lit("unknown_topic"))
         .when(F.col("_text").isNull(), F.lit("invalid_payload_encoding"))
-        .when(kind == KIND_STATUS, F.when(~status_text.isin(*c.STATUSES), "invalid_value:status"))
+        .when(statuses, F.when(~status_text.isin(*c.STATUSES), "invalid_value:status"))
         .otherwise(json_reason)
     )
     value_type = F.col("_t_value")
@@ -222,7 +228,7 @@ def parse_payloads(classified: DataFrame) -> DataFrame:
             .when(value_type == "VOID", "null"),
             "unit": _get("unit", "string"),
             "quality": _get("quality", "string"),
-            "status_value": F.when(kind == KIND_STATUS, status_text),
+            "status_value": F.when(statuses, status_text),
             **{
                 name: _get(name, "bigint")
                 for name in ("requests", "timeouts", "crc_errors", "exceptions", "stale_frames")

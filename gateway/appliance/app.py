@@ -80,7 +80,7 @@ def build_uplink(
     """The uplink's outbox hook chained after the store, and its service (None if disabled)."""
     if not config.uplink.enabled or outbox is None:
         return store, None
-    hook = UplinkHook(config.uplink, outbox)
+    hook = UplinkHook(config.uplink, outbox, gateway_id=config.gateway_id)
     service = UplinkService(config.uplink, outbox, hook, config.gateway_id)
     return HookChain([store, hook]), service
 

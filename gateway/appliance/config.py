@@ -144,12 +144,14 @@ class Config(BrokerConfig):
     @field_validator("uplink")
     @classmethod
     def _status_topics(cls, value: UplinkConfig, info: ValidationInfo) -> UplinkConfig:
-        # The default status topic is made from gateway_id: check it here, at load time.
+        # The default status and diagnostics topics are made from gateway_id: check them
+        # here, at load time.
         gateway_id = info.data.get("gateway_id")
         if value.enabled and gateway_id is not None:
             for index, remote in enumerate(value.remotes):
                 try:
                     remote.gateway_status_topic(gateway_id)
+                    remote.gateway_diagnostics_topic(gateway_id)
                 except ValueError as exc:
                     raise ValueError(f"remotes.{index}: {exc}") from None
         return value

@@ -57,7 +57,10 @@ def test_summary_from_tables(spark: SparkSession) -> None:
                 missing_seq=1,
                 device_outages=2,
                 downtime_s=30.5,
+                gateway_outages=0,
+                gateway_down_s=0.0,
                 link_outages=0,
+                link_down_s=0.0,
                 quality_flags=0,
             )
         ],
@@ -85,13 +88,18 @@ def test_render_says_whether_anything_was_lost() -> None:
         "epochs": 2,
         "device_outages": 1,
         "downtime_s": 61.0,
-        "link_outages": 0,
+        "gateway_outages": 1,
+        "gateway_down_s": 12.0,
+        "link_outages": 1,
+        "link_down_s": 45.4,
         "quality_flags": 2,
     }
     text = render(summary, {"invalid_json": 1})
     assert "bronze rows               1,200" in text
     assert "duplicates removed 200" in text
     assert "  invalid_json" in text
+    assert "gateway outages               1   downtime 12 s" in text
+    assert "link outages                  1   downtime 45 s" in text
     assert text.endswith("OK: nothing lost")
     assert render({**summary, "missing_seq": 3}, {}).endswith("MISSING MESSAGES")
     assert "bronze files skipped" not in text

@@ -4,8 +4,10 @@ How this works: every part is a real child process in its own process group, wit
 `<work>/logs/`: the Modbus simulator and the serial sensor (`gateway.appliance.demo.devices`, the
 sensor
 behind a socat pty pair), the gateway (`python -m gateway run` with a generated config: bridge,
-uplink forwarding `devices/#`, status endpoint), a second outpost as the cloud broker (plain
-broker configuration, its own state directory) and the lander writing `<work>/bronze`. The
+uplink forwarding `devices/#` plus, by default, its own diagnostics and status, status
+endpoint), a second outpost as the cloud broker (plain broker configuration, its own state
+directory) and the lander writing `<work>/bronze` (the device data, the uplink diagnostics and
+the gateway status). The
 script then stops the cloud broker for a while (the uplink backlog grows), starts it again
 (the backlog drains), kills the gateway with SIGKILL and starts it again, stops the gateway,
 drains what is left with a bridge-less restart, waits until bronze holds every sequence number
@@ -39,6 +41,9 @@ from gateway.appliance.status_client import StatusUnavailableError, fetch_status
 UNITS = (1, 2, 3)
 GATEWAY_ID = "demo-gw"
 CLOUD_PREFIX = "outpost/demo/"
+#: what the lander subscribes to: the devices' data, the uplink's diagnostics and the gateway
+#: status (the uplink's defaults for the last two)
+LANDER_TOPICS = (CLOUD_PREFIX + "#", "outpost-diagnostics/+", "outpost-status/+")
 WORK_SUBDIRS = ("state", "cloud-state", "bronze", "tables", "logs", "tty", "config")
 
 
@@ -92,7 +97,9 @@ def gateway_config(ports: Ports, tty: Path | None, bridge: bool = True) -> str:
         "interval = 5.0",
         "[uplink]",
         "enabled = true",
-        "status_interval = 1.0",
+        # the bridge-less drain at the end reports once (at its connect), so its outbox
+        # empties and stays empty
+        f"status_interval = {1.0 if bridge else 3600.0}",
         "[[uplink.remotes]]",
         'name = "cloud"',
         f'addresses = ["127.0.0.1:{ports.cloud}"]',
@@ -228,6 +235,7 @@ class Demo:
         self.py = sys.executable
         self.tty: Path | None = None
         self._last_progress = 0.0
+        self.cloud_outage_s = 0.0
 
     # -- output ------------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -375,7 +383,8 @@ class Demo:
         self.say(f"  cloud broker         127.0.0.1:{p.cloud}  (outpost, plain broker)")
         lander = self.child("lander", [
             self.py, "-m", "cloud_spark", "land", "--broker", f"127.0.0.1:{p.cloud}",
-            "--topic", CLOUD_PREFIX + "#", "--root", str(self.work),
+            *(arg for topic in LANDER_TOPICS for arg in ("--topic", topic)),
+            "--root", str(self.work),
             "--client-id", "demo-lander", "--roll-seconds", "1"])
         self.say(f"  lander               -> {self.work / 'bronze'}")
         gw = self.start_gateway(cfg / "outpost.toml")
@@ -388,6 +397,7 @@ class Demo:
         self.run_for("running", 0.3 * d)
 
         self.phase("3/7 cloud broker stopped: the uplink keeps everything in its outbox")
+        stopped_at = time.monotonic()
         cloud.stop()
         self.children.remove(cloud)
         self.run_for("cloud down", 0.3 * d)
@@ -397,6 +407,9 @@ class Demo:
         self.phase("4/7 cloud broker back: the backlog drains")
         self.start_cloud()
         start = time.monotonic()
+        self.wait_until("uplink reconnect", lambda: bool((self.uplink() or {}).get(
+            "connected")), 60, gw)
+        self.cloud_outage_s = time.monotonic() - stopped_at  # until the uplink was back
         self.wait_until("backlog drain", lambda: (self.uplink() or {}).get(
             "backlog_messages", 1) < 20, 60, gw)
         self.say(f"  drained in {time.monotonic() - start:.1f} s; {self.uplink_line()}")
@@ -435,6 +448,7 @@ class Demo:
                    "health, report")
         report = self.spark(sent, left, lines, len(ids))
         report["pipeline_s"] = round(device_seconds, 1)
+        report["cloud_outage_s"] = round(self.cloud_outage_s, 1)
         report["total_s"] = round(time.monotonic() - started, 1)
         (self.work / "demo-report.json").write_text(json.dumps(report, indent=2) + "\n")
         self.print_report(report)
@@ -483,7 +497,13 @@ class Demo:
             "rollup_rows": sum(int(v) for v in rollups.values()),
             "rollups_by_grain": rollups,
             "device_outages": summary["device_outages"],
+            "device_down_s": round(summary["downtime_s"], 1),
+            "gateway_outages": summary["gateway_outages"],
+            "gateway_down_s": round(summary["gateway_down_s"], 1),
             "link_outages": summary["link_outages"],
+            "link_down_s": round(summary["link_down_s"], 1),
+            "uplink_diagnostics_rows": summary["uplink_diagnostics_rows"],
+            "status_rows": summary["status_rows"],
             "quarantined": summary["quarantined"],
             "tables": str(tables),
         })
@@ -492,9 +512,9 @@ class Demo:
     def print_report(self, r: dict[str, Any]) -> None:
         self.phase("report")
         # Every message the uplink forwarded has a sequence number: device readings, status
-        # and diagnostics alike; those are what must land.
-        self.say(f"  messages forwarded from the devices' topics {r['sent']:>8,}"
-                 "   (readings, status, diagnostics)")
+        # and diagnostics and the uplink's own diagnostics alike; those are what must land.
+        self.say(f"  messages forwarded through the outbox       {r['sent']:>8,}"
+                 "   (device readings, status, diagnostics; uplink diagnostics)")
         if r.get("spark"):
             self.say(f"  messages landed (unique)                    {r['landed']:>8,}")
             self.say(f"  bronze rows                                 {r['bronze_lines']:>8,}")
@@ -505,8 +525,15 @@ class Demo:
             self.say(f"  point rows                                  {r['points']:>8,}")
             self.say(f"  rollup rows                                 {r['rollup_rows']:>8,}"
                      f"   {r['rollups_by_grain']}")
-            self.say(f"  gaps: device outages {r['device_outages']}, link outages "
-                     f"{r['link_outages']}, seq gaps {r['missing_seq']}")
+            self.say(f"  device outages                              {r['device_outages']:>8,}"
+                     f"   {r['device_down_s']:,.1f} s down")
+            self.say(f"  gateway outages                             {r['gateway_outages']:>8,}"
+                     f"   {r['gateway_down_s']:,.1f} s down (the SIGKILL)")
+            self.say(f"  link outages                                {r['link_outages']:>8,}"
+                     f"   {r['link_down_s']:,.1f} s down (cloud broker stopped, uplink back "
+                     f"after {r['cloud_outage_s']:.1f} s)")
+            self.say(f"  uplink diagnostics / status rows            "
+                     f"{r['uplink_diagnostics_rows']:>8,} / {r['status_rows']:,}")
             verdict = ("OK: nothing lost" if r["missing_seq"] == 0 and r["landed"] >= r["sent"]
                        else "MISSING MESSAGES")
         else:

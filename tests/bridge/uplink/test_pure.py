@@ -64,7 +64,13 @@ def test_a_gateway_id_unfit_for_the_default_status_topic_is_a_config_error() -> 
     [error] = info.value.errors
     assert error.startswith("uplink: Value error, remotes.0: the default status topic "
                             "'outpost-status/site#7'") and "set status_topic" in error
-    assert parse_config(uplink({"status_topic": ""})).uplink.remotes[0].status_topic == ""
+    with pytest.raises(ConfigError) as info:
+        parse_config(uplink({"status_topic": ""}))
+    [error] = info.value.errors
+    assert error.startswith("uplink: Value error, remotes.0: the default diagnostics topic "
+                            "'outpost-diagnostics/site#7'") and "set diagnostics_topic" in error
+    both_off = uplink({"status_topic": "", "diagnostics_topic": ""})
+    assert parse_config(both_off).uplink.remotes[0].status_topic == ""
 
 
 def test_a_gateway_id_unfit_for_the_default_status_topic_is_refused_at_start() -> None:
@@ -72,8 +78,13 @@ def test_a_gateway_id_unfit_for_the_default_status_topic_is_refused_at_start() -
     with pytest.raises(ValueError, match="set status_topic"):
         RemoteLink(config, config.remotes[0], MemoryOutbox(), "site#7", None, asyncio.Event())
     off = RemoteConfig(addresses=["h:1"], status_topic="")
+    config = UplinkConfig(enabled=True, remotes=[off])
+    with pytest.raises(ValueError, match="set diagnostics_topic"):
+        RemoteLink(config, off, MemoryOutbox(), "site#7", None, asyncio.Event())
+    off = RemoteConfig(addresses=["h:1"], status_topic="", diagnostics_topic="")
+    config = UplinkConfig(enabled=True, remotes=[off])
     link = RemoteLink(config, off, MemoryOutbox(), "site#7", None, asyncio.Event())
-    assert link.status_topic is None
+    assert link.status_topic is None and link.rules() == []
 
 
 def test_backoff_full_jitter_is_capped() -> None:

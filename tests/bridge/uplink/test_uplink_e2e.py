@@ -78,9 +78,15 @@ def publish_local(port: int, items: list[tuple[str, bytes]], qos: int = 1) -> No
 
 
 def uplink_config(
-    cloud_port: int, protocol: int = 5, remote_extra: str = "", **rule: Any
+    cloud_port: int, protocol: int = 5, remote_extra: str = "", diagnostics: bool = False,
+    **rule: Any,
 ) -> str:
+    """A gateway forwarding `devices/#` as `site7/...`. Without `diagnostics`, the uplink's
+    built-in diagnostics rule is off, so the seq numbers are the test's messages only."""
     extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in rule.items())
+    if not diagnostics:
+        remote_extra += '\ndiagnostics_topic = ""'
+
     return f"""
 gateway_id = "site7"
 [uplink]
