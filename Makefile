@@ -78,9 +78,10 @@ clean:
 # and the signed RAUC update bundle outpost-<version>-<arch>.raucb;
 # `make image-test` builds the amd64 image and boots it (systemd-nspawn, then QEMU).
 ARCH ?= arm64
-# rauc + squashfs-tools + openssl: the signed update bundle next to each image (and its tests).
+# rauc + squashfs-tools + openssl: the signed update bundle next to each image (and its tests);
+# grub-efi-amd64-bin + grub-common: the amd64 image's GRUB (EFI); ovmf: UEFI firmware for QEMU.
 IMAGE_PACKAGES := mmdebstrap qemu-user-static binfmt-support arch-test systemd-container \
-	dosfstools mtools fdisk genimage e2fsprogs syslinux syslinux-common qemu-system-x86 qemu-system-arm \
+	dosfstools mtools fdisk genimage e2fsprogs grub-efi-amd64-bin grub-common ovmf qemu-system-x86 qemu-system-arm \
 	rauc squashfs-tools openssl
 .PHONY: image image-test image-packages
 

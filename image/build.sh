@@ -44,8 +44,13 @@ esac
 for tool in mmdebstrap mke2fs mkfs.vfat mcopy genimage python3 rauc mksquashfs openssl; do
   command -v "${tool}" >/dev/null || die "${tool} is missing: run 'make image-packages'"
 done
-[ "${ARCH}" != amd64 ] || command -v syslinux >/dev/null \
-  || die "syslinux is missing: run 'make image-packages'"
+if [ "${ARCH}" = amd64 ]; then  # GRUB for EFI, built here from Debian's grub-efi-amd64-bin
+  for tool in grub-mkimage grub-editenv; do
+    command -v "${tool}" >/dev/null || die "${tool} is missing: run 'make image-packages'"
+  done
+  [ -d "${GRUB_MODULES:=/usr/lib/grub/x86_64-efi}" ] \
+    || die "no GRUB EFI modules in ${GRUB_MODULES}: run 'make image-packages' (grub-efi-amd64-bin)"
+fi
 
 VERSION="$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "${repo}/pyproject.toml")"
 IMAGE="${OUT_DIR}/outpost-${VERSION}-${ARCH}.img"
@@ -217,6 +222,17 @@ install_systemd_files() {  # systemd/ from the repository, as the image's vendor
   done
 }
 
+# GRUB as one EFI executable with the modules grub.cfg needs built in: nothing of GRUB's is
+# read from a module directory at boot. The prefix has no device, so GRUB takes the partition
+# it was loaded from and reads ${prefix}/grub.cfg there.
+GRUB_EFI_MODULES="normal configfile echo test true loadenv linux gzio part_msdos part_gpt fat
+  serial terminal efi_gop all_video sleep reboot"
+grub_efi() {
+  # shellcheck disable=SC2086  # the module list is words
+  grub-mkimage --format=x86_64-efi --directory="${GRUB_MODULES}" --prefix=/EFI/BOOT \
+    --output="$1" ${GRUB_EFI_MODULES}
+}
+
 stage() {
   local root="${work}/root" data="${work}/data" boot="${work}/boot"
   local disk_id="$1"
@@ -232,6 +248,7 @@ stage() {
 
   install_systemd_files "${root}"
   cp -a "${here}/overlay/." "${root}/"
+  if [ -d "${here}/overlay.${ARCH}" ]; then cp -a "${here}/overlay.${ARCH}/." "${root}/"; fi
   install_rauc "${root}" "${disk_id}"
   chmod 0755 "${root}/usr/libexec/outpost/"*
   systemd-sysusers --root="${root}" >/dev/null 2>&1
@@ -289,7 +306,9 @@ EOF
   local consoles="console=tty0 console=ttyS0,115200 console=hvc0"
   [ "${ARCH}" = arm64 ] && consoles="console=tty0 console=ttyS1,115200 cma=64M net.ifnames=0"
   mkdir -p "${root}/usr/lib/outpost/boot"
-  echo "root=@ROOT@ ro rootwait fsck.repair=yes rauc.slot=@SLOT@ ${consoles}" \
+  # panic=30: an initramfs that cannot find or mount the root restarts the machine after 30 s
+  # instead of waiting at a shell, so the boot selection falls back to the other slot.
+  echo "root=@ROOT@ ro rootwait fsck.repair=yes panic=30 rauc.slot=@SLOT@ ${consoles}" \
     > "${root}/usr/lib/outpost/boot/cmdline.txt.in"
   local cmdline; cmdline="$(sed -e "s/@ROOT@/PARTUUID=${disk_id}-02/" -e 's/@SLOT@/A/' \
     "${root}/usr/lib/outpost/boot/cmdline.txt.in")"
@@ -297,18 +316,16 @@ EOF
   cp "${root}/boot/vmlinuz-${kver}" "${boot}/slot-a/vmlinuz"
   cp "${root}/boot/initrd.img-${kver}" "${boot}/slot-a/initrd.img"
   if [ "${ARCH}" = amd64 ]; then
-    cat > "${boot}/syslinux.cfg" <<EOF
-# outpost image ${VERSION} (amd64): syslinux on the FAT partition, Debian's kernel ${kver}.
-# Root slot A; syslinux has no boot selection RAUC drives (image/README.md, "Updating devices").
-SERIAL 0 115200
-DEFAULT outpost
-PROMPT 0
-TIMEOUT 0
-LABEL outpost
-  LINUX /slot-a/vmlinuz
-  INITRD /slot-a/initrd.img
-  APPEND ${cmdline}
-EOF
+    # UEFI firmware → EFI/BOOT/BOOTX64.EFI (GRUB, the removable-media path every firmware
+    # tries, so no boot entry in NVRAM is needed) → EFI/BOOT/grub.cfg: the A/B choice from
+    # EFI/BOOT/grubenv (RAUC's grub backend writes it) → slot-X/vmlinuz with slot-X/cmdline.cfg.
+    mkdir -p "${boot}/EFI/BOOT"
+    grub_efi "${boot}/EFI/BOOT/BOOTX64.EFI"
+    install -m 0644 "${here}/grub/grub.cfg" "${boot}/EFI/BOOT/grub.cfg"
+    grub-editenv "${boot}/EFI/BOOT/grubenv" create
+    grub-editenv "${boot}/EFI/BOOT/grubenv" set ORDER="A B" A_OK=1 A_TRY=0 B_OK=0 B_TRY=0
+    echo "${cmdline}" > "${boot}/slot-a/cmdline.txt"
+    printf 'set cmdline="%s"\n' "${cmdline}" > "${boot}/slot-a/cmdline.cfg"
   else
     # The Pi's boot files, the way raspi-firmware's kernel hook lays them out: its firmware
     # (bootcode.bin, start*.elf, fixup*.dat) at the top; the kernel's upstream device trees,
@@ -359,19 +376,11 @@ layout() {
   unset E2FSPROGS_FAKE_TIME
   mkfs.vfat -C -F 32 -n OUTPOST -i "${disk_id}" "${parts}/boot.vfat" $((BOOT_MIB * 1024)) >/dev/null
   mcopy -s -p -Q -i "${parts}/boot.vfat" "${work}/boot"/* ::/
-  if [ "${ARCH}" = amd64 ]; then
-    syslinux --install "${parts}/boot.vfat"
-  fi
 
   # genimage places the file systems and writes the MBR (a partition table only: no file
   # system is made by it, so the trees stay exactly as mke2fs -d and mcopy put them).
   # Slot B is an empty partition for A/B updates; the data partition is last so that it can
   # grow to the end of the card.
-  local boot_code=""
-  if [ "${ARCH}" = amd64 ]; then
-    cp /usr/lib/syslinux/mbr/mbr.bin "${parts}/mbr.bin"
-    boot_code='partition mbr { in-partition-table = false offset = 0 size = 440 image = "mbr.bin" }'
-  fi
   cat > "${parts}/genimage.cfg" <<EOF
 image $(basename "${IMAGE}").part {
   hdimage {
@@ -380,7 +389,6 @@ image $(basename "${IMAGE}").part {
     align = ${ALIGN_MIB}M
     fill = true
   }
-  ${boot_code}
   partition boot { partition-type = 0x0c bootable = true image = "boot.vfat" offset = ${ALIGN_MIB}M }
   partition root-a { partition-type = 0x83 image = "root.ext4" }
   partition root-b { partition-type = 0x83 size = ${ROOT_MIB}M }

@@ -218,6 +218,7 @@ def install(source: str, device: Device, progress: Progress, ca_file: Path | Non
         progress(f"installing {info.version} ({info.compatible})")
         _run_rauc_install(path, device, progress)
         record["result"] = "installed"
+        record["slot"] = _installed_slot(device)
     except UpdateError as exc:
         record["error"] = str(exc)
         raise
@@ -250,6 +251,16 @@ def _run_rauc_install(path: Path, device: Device, progress: Progress) -> None:
             progress(line)
     if process.wait() != 0:
         raise UpdateError(f"rauc install failed: {_rauc_error(chr(10).join(lines))}")
+
+
+def _installed_slot(device: Device) -> str:
+    """The boot name of the slot the next boot tries (the one just written), or "" when RAUC
+    cannot say: it only labels the record, so it never fails an install."""
+    try:
+        status = read_status(device)
+    except (UpdateError, ValueError, OSError):
+        return ""
+    return next((s.bootname for s in status.slots if s.name == status.primary), "")
 
 
 def _now() -> str:
@@ -285,6 +296,9 @@ class UpdateStatus:
     committed: bool
     slots: list[SlotStatus] = field(default_factory=list)
     last_install: dict[str, Any] | None = None
+    # What became of the last installed slot: "booted" (running from it), "pending" (not
+    # booted yet), "failed" (it failed its trial boot and the device fell back), "" (unknown).
+    last_install_boot: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -308,7 +322,22 @@ def summarise(data: dict[str, Any], last_install: dict[str, Any] | None) -> Upda
     committed = (booted_slot is not None and booted_slot.boot_status == "good"
                  and primary == booted_slot.name)
     return UpdateStatus(str(data.get("compatible") or ""), booted, primary, committed, slots,
-                        last_install)
+                        last_install, _last_install_boot(slots, booted, last_install))
+
+
+def _last_install_boot(slots: list[SlotStatus], booted: str,
+                       last_install: dict[str, Any] | None) -> str:
+    if not last_install or last_install.get("result") != "installed":
+        return ""
+    target = next((s for s in slots if s.bootname and s.bootname == last_install.get("slot")),
+                  None)
+    if target is None:
+        return ""
+    if target.bootname == booted:
+        return "booted"
+    # The slot is marked bad after it was written (its health check failed, or the boot
+    # selection used up its one try): the device runs the previous slot.
+    return "failed" if target.boot_status == "bad" else "pending"
 
 
 def format_status(status: UpdateStatus, as_json: bool = False) -> str:
@@ -325,6 +354,12 @@ def format_status(status: UpdateStatus, as_json: bool = False) -> str:
     last = status.last_install
     if last:
         outcome = last.get("result", "?") + (f": {last['error']}" if last.get("error") else "")
+        if last.get("slot"):
+            outcome += f" into {last['slot']}"
+        outcome += {"booted": ", booted",
+                    "pending": ", not booted yet",
+                    "failed": f", FAILED its trial boot: back on {status.booted}"}.get(
+                        status.last_install_boot, "")
         lines.append(f"last install: {last.get('finished', '?')} {last.get('version', '')} "
                      f"from {last.get('source', '?')}: {outcome}")
     else:
@@ -443,13 +478,17 @@ def _check_service(unit: str = "outpost.service") -> Check:
 
 def health_check(config: Config, state_dir: Path | None, device: Device, deadline: float,
                  progress: Progress, reboot: bool = True) -> bool:
-    """Repeat the self-check until it passes or `deadline` seconds pass; then mark the booted
-    slot good, or bad and reboot (the boot selection then falls back to the other slot)."""
+    """Repeat the self-check until it passes, `deadline` seconds pass, or the service has
+    failed for good (systemd stopped restarting it); then mark the booted slot good, or bad and
+    reboot (the boot selection then falls back to the other slot)."""
     end = time.monotonic() + deadline
     while True:
-        checks = [_check_service(), *self_check(config, state_dir)]
+        service = _check_service()
+        checks = [service, *self_check(config, state_dir)]
         if all(check.ok for check in checks) or time.monotonic() >= end:
             break
+        if service.detail.endswith(": failed"):
+            break  # systemd gave up restarting it (start limit): waiting changes nothing
         time.sleep(1.0)  # the service may still be opening its listeners
     for check in checks:
         progress(f"{check.name}: {'ok' if check.ok else 'FAILED'}: {check.detail}")

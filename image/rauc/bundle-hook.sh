@@ -10,7 +10,8 @@
 # device's (from root=PARTUUID=<disk id>-0N on the running kernel's command line) in the new
 # slot, then puts the slot's kernel, initrd, device trees and command line into
 # slot-<a|b>/ on the boot partition, where the boot selection (config.txt / tryboot.txt on a
-# Raspberry Pi, see /usr/libexec/outpost/rauc-tryboot) finds them. /var is never touched.
+# Raspberry Pi, see /usr/libexec/outpost/rauc-tryboot; EFI/BOOT/grub.cfg on amd64, which
+# reads the command line from slot-<a|b>/cmdline.cfg) finds them. /var is never touched.
 #
 # OUTPOST_BOOT_DIR (a directory used as the boot partition) and OUTPOST_CMDLINE (instead of
 # /proc/cmdline) exist for the tests.
@@ -58,6 +59,9 @@ if [ -d "${mnt}/usr/lib/linux-image-${kver}/broadcom" ]; then
 fi
 sed -e "s/@ROOT@/PARTUUID=${device_disk}-${part}/" -e "s/@SLOT@/${RAUC_SLOT_BOOTNAME}/" \
   "${mnt}/usr/lib/outpost/boot/cmdline.txt.in" > "${dest}.new/cmdline.txt"
+if [ -f "${fat}/EFI/BOOT/grub.cfg" ]; then  # amd64: GRUB reads the command line from here
+  printf 'set cmdline="%s"\n' "$(cat "${dest}.new/cmdline.txt")" > "${dest}.new/cmdline.cfg"
+fi
 rm -rf "${dest}" && mv "${dest}.new" "${dest}"
 sync
 echo "outpost hook: slot ${RAUC_SLOT_BOOTNAME}: ${VERSION} build ${BUILD}, kernel ${kver}, disk ${device_disk}"

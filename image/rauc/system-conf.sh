@@ -3,14 +3,15 @@
 #   system-conf.sh ARCH COMPATIBLE DISK_ID COMMENT
 # Slots: the root file systems A (partition 2) and B (partition 3) by PARTUUID (<disk id>-0N).
 # Boot selection: on the Raspberry Pi (arm64) the firmware's tryboot through RAUC's custom
-# backend (/usr/libexec/outpost/rauc-tryboot); on amd64 none yet ("noop": the x86 twin boots
-# syslinux, which RAUC cannot drive; image/README.md, "Updating devices").
+# backend (/usr/libexec/outpost/rauc-tryboot); on amd64 RAUC's grub backend, which sets
+# ORDER / X_OK / X_TRY in the grubenv on the boot partition with grub-editenv (the image's
+# /usr/local/sbin/grub-editenv remounts /boot/firmware read-write around the real one).
 # The status file is RAUC's own bookkeeping on the data partition (the root is read-only).
 set -eu
 arch="$1" compatible="$2" disk="$3" comment="$4"
 case "${arch}" in
   arm64) bootloader=custom ;;
-  amd64) bootloader=noop ;;
+  amd64) bootloader=grub ;;
   *) echo "system-conf.sh: unknown ARCH ${arch}" >&2; exit 1 ;;
 esac
 cat <<EOF
@@ -22,6 +23,11 @@ bootloader=${bootloader}
 bundle-formats=-plain
 mountprefix=/run/rauc
 statusfile=/var/lib/rauc/status.raucs
+EOF
+if [ "${bootloader}" = grub ]; then
+  echo "grubenv=/boot/firmware/EFI/BOOT/grubenv"
+fi
+cat <<EOF
 
 [keyring]
 path=/etc/rauc/keyring.pem

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.image.vm import OVMF_CODE, OVMF_VARS
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "image" / "build.sh"
-TOOLS = ("mmdebstrap", "systemd-nspawn", "qemu-system-x86_64", "mcopy", "syslinux", "nsenter",
-         "genimage")
+TOOLS = ("mmdebstrap", "systemd-nspawn", "qemu-system-x86_64", "mcopy", "grub-mkimage",
+         "grub-editenv", "nsenter", "genimage")
 FREE_GIB = 8  # the bootstrap cache, the staged trees, the image and the tests' copies of it
 
 
@@ -33,6 +35,7 @@ def machine_problem() -> str | None:
     if os.geteuid() != 0:
         return "the image tests need root (mmdebstrap, chroot, systemd-nspawn)"
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    missing += [str(path) for path in (OVMF_CODE, OVMF_VARS) if not path.exists()]
     if missing:
         return f"missing {', '.join(missing)}: run 'make image-packages'"
     free = shutil.disk_usage(REPO).free >> 30

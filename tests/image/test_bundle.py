@@ -134,6 +134,9 @@ def test_system_conf_is_what_rauc_reads(kit: Kit, arch: str) -> None:
     assert system.get("slot.rootfs.0", "device") == "/dev/disk/by-partuuid/0123abcd-02"
     assert system.get("slot.rootfs.1", "bootname") == "B"
     assert device.uses_tryboot() == (arch == "arm64")
+    if arch == "amd64":  # RAUC's grub backend, on the grubenv next to the image's GRUB
+        assert system.get("system", "bootloader") == "grub"
+        assert system.get("system", "grubenv") == "/boot/firmware/EFI/BOOT/grubenv"
 
 
 # -- the built image's bundle ------------------------------------------------------------------
@@ -274,6 +277,9 @@ def test_bundle_hook_fits_the_new_slot_to_the_device(amd64_image: BuiltImage,
     assert f"root=PARTUUID={device}-03" in new and "rauc.slot=B" in new and "ro" in new
     for name in ("vmlinuz", "initrd.img"):
         assert (boot / "slot-b" / name).read_bytes() == (boot / "slot-a" / name).read_bytes()
+    # amd64: the same command line for GRUB (EFI/BOOT/grub.cfg sources it).
+    assert (boot / "slot-b" / "cmdline.cfg").read_text() == f'set cmdline="{" ".join(new)}"\n'
+    assert (boot / "slot-a" / "cmdline.cfg").exists() and (boot / "EFI/BOOT/grubenv").exists()
     # Another hook call (a class other than rootfs, another hook type) changes nothing.
     before = sorted(p.name for p in (boot / "slot-b").iterdir())
     env["RAUC_SLOT_CLASS"] = "appfs"

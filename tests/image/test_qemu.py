@@ -1,8 +1,10 @@
 """The amd64 disk image booted in QEMU (software emulation; KVM with OUTPOST_QEMU_ACCEL=kvm):
-syslinux, the initramfs mounting the data partition, first-boot growth and import of
+UEFI firmware and GRUB, the initramfs mounting the data partition, first-boot growth and import of
 outpost.toml from the boot partition, MQTT from the host through a forwarded loopback port,
-retained messages across a power cut, and RAUC's view of the booted slot after the health
-check."""
+retained messages across a power cut (also one while the good slot boots), and RAUC's view
+of the booted slot after the health check; an install without its reboot, a refused bundle and
+a power cut during an install. (Rebooting into the new slot and rolling back:
+test_qemu_update.py.)"""
 
 from __future__ import annotations
 
@@ -12,13 +14,12 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
 
 import pytest
 
 from tests.image import mqtt_tool
 from tests.image.conftest import REPO, BuiltImage
-from tests.image.vm import Qemu, fat_list, fat_put, fat_read
+from tests.image.vm import Qemu, fat_list, fat_read, prepare_disk
 
 pytestmark = [pytest.mark.image, pytest.mark.timeout(2400)]
 
@@ -43,18 +44,8 @@ def vm(amd64_image: BuiltImage, tmp_path_factory: pytest.TempPathFactory) -> Ite
     """A copy of the image, 256 MiB larger (the data partition grows into it), with an
     outpost.toml on its boot partition, booted once."""
     work = tmp_path_factory.mktemp("qemu")
-    disk = work / "disk.img"
-    subprocess.run(["cp", "--sparse=always", str(amd64_image.image), str(disk)], check=True)
-    with disk.open("r+b") as handle:
-        handle.truncate(disk.stat().st_size + (GROW_MIB << 20))
-    config = work / "outpost.toml"
-    config.write_text(CONFIG)
-    fat_put(disk, config, "outpost.toml")
-    # root's SSH key, imported like a user's (image/README.md): the update test runs commands
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "key")],
-                   check=True)
-    fat_put(disk, work / "key.pub", "authorized_keys")
-    machine = Qemu(disk, work)
+    # root's SSH key is imported like a user's (image/README.md): the update tests run commands
+    machine = Qemu(prepare_disk(amd64_image.image, work, CONFIG, GROW_MIB), work)
     machine.start()
     yield machine
     machine.stop()
@@ -71,8 +62,7 @@ def test_first_boot(vm: Qemu) -> None:
     assert report["failed"] == "", report
     # A/B updates: RAUC sees slot A booted, and the health check passed and marked it.
     assert report["health"] == "active", report
-    # (amd64's noop boot selection has no primary slot, so "committed" is RAUC's to say.)
-    assert report["update"].startswith("A:") and "error" not in report["update"], report
+    assert report["update"] == "A:committed", report
     print(f"\nRAUC: {report['update']}; the health check finished {report['health_done_s']} s "
           f"after the kernel started ({vm.accel()[1]})")
 
@@ -95,10 +85,25 @@ def test_retained_messages_survive_a_power_cut(vm: Qemu) -> None:
     assert got == b"kept"
 
 
+def test_power_cut_while_the_good_slot_boots(vm: Qemu) -> None:
+    """A power cut after GRUB used slot A's try but before its health check marked it good:
+    no slot is left untried, and GRUB starts A again rather than none."""
+    vm.wait_report(2, BOOT_TIMEOUT)
+    seen = len(vm.reports())
+    offset = vm.serial_log.stat().st_size
+    vm.command("system_reset")
+    tried = vm.wait_serial("outpost: root slot A", offset, BOOT_TIMEOUT)  # A_TRY=1 is saved
+    vm.command("system_reset")  # the power cut, while the kernel loads
+    report = vm.wait_report(seen + 1, BOOT_TIMEOUT)
+    assert report["outpost"] == "active" and report["update"] == "A:committed", report
+    vm.wait_serial("no untried good root slot; starting slot A again", tried, 10.0)
+    assert mqtt_tool.read_retained("127.0.0.1", vm.port, "image/qemu/retained") == b"kept"
+
+
 def test_update_install_in_the_vm(vm: Qemu, amd64_image: BuiltImage, tmp_path: Path) -> None:
-    """`outpost update install` of the built bundle writes slot B, and a bundle signed by
-    another CA is refused on the device with both slots as they were. (amd64's boot selection
-    is noop: the device is not rebooted into B here; image/README.md.)"""
+    """`outpost update install --no-reboot` of the built bundle writes slot B and makes it the
+    slot the next boot tries, and a bundle signed by another CA is refused on the device with
+    both slots as they were. (Booting into B and falling back: test_qemu_update.py.)"""
     vm.wait_report(2, BOOT_TIMEOUT)
     key = vm.workdir / "key"
     bundle = amd64_image.image.with_suffix(".raucb")
@@ -106,27 +111,20 @@ def test_update_install_in_the_vm(vm: Qemu, amd64_image: BuiltImage, tmp_path: P
         ["rauc", f"--keyring={REPO / 'image/keys/ca.cert.pem'}", "info", "--output-format=json",
          str(bundle)], capture_output=True, text=True, check=True).stdout)["version"]
 
-    def upload(path: Path, name: str) -> None:
-        with path.open("rb") as source:
-            result = vm.ssh(key, f"mkdir -p /var/cache/outpost-update && "
-                                 f"cat > /var/cache/outpost-update/{name}", stdin=source)
-        assert result.returncode == 0, result.stderr
-
-    def status() -> dict[str, Any]:
-        result = vm.ssh(key, "outpost update status --json")
-        assert result.returncode == 0, result.stderr
-        return cast(dict[str, Any], json.loads(result.stdout))
-
-    upload(bundle, "new.raucb")
+    vm.upload(key, bundle, "new.raucb")
     started = time.monotonic()
     result = vm.ssh(key, "outpost update install /var/cache/outpost-update/new.raucb --no-reboot")
     install_s = time.monotonic() - started
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"installed {version}" in result.stdout
-    after = status()
+    after = vm.update_status(key)
     slots = {slot["bootname"]: slot for slot in after["slots"]}
     assert after["booted"] == "A" and slots["B"]["version"] == version, after
     assert after["last_install"]["result"] == "installed"
+    # RAUC's grub backend made B the slot the next boot tries (ORDER in the grubenv).
+    assert after["primary"] == slots["B"]["name"] and after["last_install_boot"] == "pending"
+    env = vm.ssh(key, "grub-editenv /boot/firmware/EFI/BOOT/grubenv list").stdout.split()
+    assert "ORDER=B" in env and "B_OK=1" in env and "B_TRY=0" in env, env
     # The hook put slot B's boot files on the boot partition, with the device's disk id.
     cmdline = vm.ssh(key, "cat /boot/firmware/slot-b/cmdline.txt && cat /proc/cmdline")
     slot_b, running = cmdline.stdout.splitlines()
@@ -145,10 +143,10 @@ def test_update_install_in_the_vm(vm: Qemu, amd64_image: BuiltImage, tmp_path: P
                     str(foreign / "bad.raucb"), "outpost-x86-64", "9.9.9", "bad", "foreign",
                     str(foreign / "keys/signing.cert.pem"), str(foreign / "keys/signing.key.pem"),
                     str(foreign / "keys/ca.cert.pem")], check=True)
-    upload(foreign / "bad.raucb", "bad.raucb")
+    vm.upload(key, foreign / "bad.raucb", "bad.raucb")
     refused = vm.ssh(key, "outpost update install /var/cache/outpost-update/bad.raucb --no-reboot")
     assert refused.returncode == 1 and "refused" in refused.stderr, refused.stderr
-    again = status()
+    again = vm.update_status(key)
     assert again["booted"] == "A"
     assert {s["bootname"]: s["version"] for s in again["slots"]} == {
         s["bootname"]: s["version"] for s in after["slots"]}
@@ -172,6 +170,7 @@ def test_power_lost_during_an_install(vm: Qemu, amd64_image: BuiltImage) -> None
         return int(result.stdout.split()[6]) * 512 >> 20 if result.returncode == 0 else 0
 
     before = written_mib()
+    seen = len(vm.reports())
     install = subprocess.Popen(
         vm.ssh_command(key, "outpost update install /var/cache/outpost-update/new.raucb "
                             "--no-reboot"),
@@ -186,7 +185,7 @@ def test_power_lost_during_an_install(vm: Qemu, amd64_image: BuiltImage) -> None
         install.kill()
         install.wait()
     started = time.monotonic()
-    report = vm.wait_report(3, BOOT_TIMEOUT)
+    report = vm.wait_report(seen + 1, BOOT_TIMEOUT)
     boot_s = time.monotonic() - started
     assert report["outpost"] == "active" and report["update"].startswith("A:"), report
     assert report["health"] == "active", report
@@ -202,7 +201,7 @@ def test_power_lost_during_an_install(vm: Qemu, amd64_image: BuiltImage) -> None
 
 
 def test_boot_partition_after_the_import(vm: Qemu, tmp_path: Path) -> None:
-    vm.wait_report(3, BOOT_TIMEOUT)
+    vm.wait_report(4, BOOT_TIMEOUT)
     vm.stop()
     names = fat_list(vm.image)
     assert "outpost.toml" not in names  # it may hold passwords: moved to the data partition

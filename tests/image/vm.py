@@ -7,22 +7,28 @@ with `nsenter -n`), and QEMU's user network is `restrict=on` with one host forwa
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, cast
 
 from tests.support.mosquitto import free_port
 
 CONTAINER_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 BOOT_PARTITION_OFFSET = 4 << 20  # image/build.sh: ALIGN_MIB
-
+# UEFI firmware for the amd64 image (Debian's ovmf): the code read-only, a copy of the variable
+# store per machine (the image needs no boot entry in it: it boots EFI/BOOT/BOOTX64.EFI).
+OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
+OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 
 
 def _children(pid: int) -> list[int]:
@@ -148,8 +154,8 @@ MAX_EARLY_STALLS = 2
 
 @dataclass
 class Qemu:
-    """The amd64 disk image in qemu-system-x86_64 (TCG; KVM on request, see `accel`), results
-    read from its virtio console.
+    """The amd64 disk image in qemu-system-x86_64 with UEFI firmware (OVMF; TCG, KVM on request,
+    see `accel`), results read from its virtio console.
 
     The guest writes `OUTPOST-REPORT key=value ...` lines to /dev/hvc0 (the image's
     outpost-boot-report.service); the serial port is only a debugging log.
@@ -183,7 +189,12 @@ class Qemu:
 
     def start(self) -> None:
         if self.arm64_cmdline is None:
-            machine = ["qemu-system-x86_64", "-machine", "pc"]
+            variables = self.workdir / "OVMF_VARS.fd"
+            if not variables.exists():
+                shutil.copyfile(OVMF_VARS, variables)
+            machine = ["qemu-system-x86_64", "-machine", "pc",
+                       "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
+                       "-drive", f"if=pflash,format=raw,unit=1,file={variables}"]
         else:
             for name in ("vmlinuz", "initrd.img"):  # root slot A's, as the Pi's config.txt says
                 fat_get(self.image, f"slot-a/{name}", self.workdir / name)
@@ -194,10 +205,13 @@ class Qemu:
         command = [
             *machine, *self.accel(), "-smp", str(self.cpus),
             "-m", str(self.memory_mib), "-display", "none", "-nodefaults", "-no-user-config",
-            "-drive", f"file={self.image},format=raw,if=virtio,cache=unsafe",
+            # bootindex and no option ROM on the network card: the firmware starts the disk
+            # without trying a network boot first.
+            "-drive", f"file={self.image},format=raw,if=none,id=disk0,cache=unsafe",
+            "-device", "virtio-blk-pci,drive=disk0,bootindex=0",
             "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:1883,"
                        f"hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
-            "-device", "virtio-net-pci,netdev=net0",
+            "-device", "virtio-net-pci,netdev=net0,romfile=",
             "-device", "virtio-serial-pci",
             "-chardev", f"file,id=hvc0,path={self.console_log}",
             "-device", "virtconsole,chardev=hvc0",
@@ -211,7 +225,7 @@ class Qemu:
         """TCG, or KVM with OUTPOST_QEMU_ACCEL=kvm on a host that gives it to this guest (same
         architecture, /dev/kvm usable). Not the default: on the nested-virtualisation CI
         machine /dev/kvm exists but fails this guest ("failed to set MSR 0x10a" with
-        `-cpu host`, a KVM emulation failure in syslinux's real-mode code without it)."""
+        `-cpu host`, a KVM emulation failure in real-mode boot code without it)."""
         same_arch = (self.arm64_cmdline is None) == (platform.machine() == "x86_64")
         if (os.environ.get("OUTPOST_QEMU_ACCEL") == "kvm" and same_arch
                 and os.access("/dev/kvm", os.R_OK | os.W_OK)):
@@ -256,6 +270,38 @@ class Qemu:
             else ""
         raise TimeoutError(f"no boot report #{count} in {timeout:.0f} s; serial log:\n{tail}")
 
+    def wait_report_where(self, after: int, wanted: Callable[[dict[str, str]], bool],
+                          timeout: float) -> tuple[int, dict[str, str]]:
+        """Wait for a boot report past the first `after` ones that `wanted` accepts; returns its
+        number and the report. For boots that may end before their report (a slot that fails
+        its health check reboots at once), so reports cannot be counted in advance."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.reports()
+            for number, report in enumerate(found[after:], start=after + 1):
+                if wanted(report):
+                    return number, report
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no wanted boot report past #{after} in {timeout:.0f} s; "
+                                   f"reports: {found[after:]}")
+            self.wait_report(len(found) + 1, remaining)
+
+    def wait_serial(self, text: str, offset: int, timeout: float) -> int:
+        """Wait until `text` appears in the serial log past byte `offset`; returns where."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError("qemu exited")
+            if self.serial_log.exists():
+                with self.serial_log.open("rb") as log:
+                    log.seek(offset)
+                    found = log.read().find(text.encode())
+                if found >= 0:
+                    return offset + found
+            time.sleep(0.5)
+        raise TimeoutError(f"no {text!r} on the serial port in {timeout:.0f} s")
+
     def _current_boot_log(self) -> str:
         """The serial log since the last time the kernel started."""
         if not self.serial_log.exists():
@@ -277,6 +323,23 @@ class Qemu:
                 "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                 "-o", "ConnectTimeout=120", "-o", "LogLevel=ERROR", "root@127.0.0.1", command]
 
+    def upload(self, key: Path, path: Path, name: str) -> str:
+        """Copy a file into the guest's /var/cache/outpost-update/; returns its path there."""
+        target = f"/var/cache/outpost-update/{name}"
+        with path.open("rb") as source:
+            result = self.ssh(key, f"mkdir -p /var/cache/outpost-update && cat > {target}",
+                              stdin=source)
+        if result.returncode != 0:
+            raise RuntimeError(f"upload of {path} failed: {result.stderr}")
+        return target
+
+    def update_status(self, key: Path) -> dict[str, Any]:
+        """`outpost update status --json` in the guest."""
+        result = self.ssh(key, "outpost update status --json")
+        if result.returncode != 0:
+            raise RuntimeError(f"outpost update status failed: {result.stderr}")
+        return cast(dict[str, Any], json.loads(result.stdout))
+
     def command(self, line: str) -> None:
         """One human-monitor command (system_reset, system_powerdown, quit)."""
         with socket.socket(socket.AF_UNIX) as sock:
@@ -293,6 +356,22 @@ class Qemu:
         except (OSError, subprocess.TimeoutExpired):
             self.process.kill()
             self.process.wait(10)
+
+
+def prepare_disk(image: Path, work: Path, config: str, grow_mib: int) -> Path:
+    """A copy of `image` in `work` (disk.img), `grow_mib` larger (the data partition grows into
+    it), with `config` as outpost.toml and a new SSH key (`work`/key) as root's authorized_keys
+    on its boot partition, both imported on the first boot. Returns the disk."""
+    disk = work / "disk.img"
+    subprocess.run(["cp", "--sparse=always", str(image), str(disk)], check=True)
+    with disk.open("r+b") as handle:
+        handle.truncate(disk.stat().st_size + (grow_mib << 20))
+    (work / "outpost.toml").write_text(config)
+    fat_put(disk, work / "outpost.toml", "outpost.toml")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "key")],
+                   check=True)
+    fat_put(disk, work / "key.pub", "authorized_keys")
+    return disk
 
 
 def fat_put(image: Path, source: Path, name: str) -> None:

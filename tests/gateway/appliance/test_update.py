@@ -141,6 +141,44 @@ def test_a_failed_install_is_recorded_and_touches_nothing(https_server: Server,
         update.install(str(tmp_path / "nothing.raucb"), device, lambda line: None, reboot=False)
 
 
+def _rauc_status(booted: str, primary: str, boot_status: dict[str, str]) -> dict[str, object]:
+    """`rauc status --detailed --output-format=json` of a two-slot device, as RAUC 1.8 prints it."""
+    slots = []
+    for index, name in enumerate("AB"):
+        slots.append({f"rootfs.{index}": {
+            "class": "rootfs", "bootname": name,
+            "state": "booted" if name == booted else "inactive",
+            "boot_status": boot_status[name],
+            "slot_status": {"bundle": {"version": f"0.1.0+{name.lower()}"}}}})
+    return {"compatible": "outpost-x86-64", "booted": booted, "boot_primary": primary,
+            "slots": slots}
+
+
+def test_status_tells_what_became_of_the_last_install() -> None:
+    installed = {"result": "installed", "slot": "A", "version": "0.1.0+a", "finished": "t",
+                 "source": "/var/cache/outpost-update/new.raucb"}
+    pending = update.summarise(_rauc_status("B", "rootfs.0", {"A": "good", "B": "good"}),
+                               installed)
+    assert pending.last_install_boot == "pending" and not pending.committed
+    booted = update.summarise(_rauc_status("A", "rootfs.0", {"A": "good", "B": "good"}),
+                              installed)
+    assert booted.last_install_boot == "booted" and booted.committed
+    # Slot A failed its health check (marked bad); the boot selection went back to B.
+    failed = update.summarise(_rauc_status("B", "rootfs.0", {"A": "bad", "B": "good"}),
+                              installed)
+    assert failed.last_install_boot == "failed" and failed.booted == "B"
+    text = update.format_status(failed)
+    assert "installed into A, FAILED its trial boot: back on B" in text
+    assert json.loads(update.format_status(failed, as_json=True))["last_install_boot"] == "failed"
+    # A refused install says nothing about slots; an old record without a slot neither.
+    refused = update.summarise(_rauc_status("B", "rootfs.1", {"A": "bad", "B": "good"}),
+                               {"result": "failed", "error": "refused"})
+    assert refused.last_install_boot == ""
+    unknown = update.summarise(_rauc_status("B", "rootfs.1", {"A": "bad", "B": "good"}),
+                               {"result": "installed"})
+    assert unknown.last_install_boot == ""
+
+
 def test_self_check_passes_on_a_running_gateway(tmp_path: Path) -> None:
     state = tmp_path / "state"
     outpost = start_outpost(tmp_path / "gw", "", "--state-dir", str(state))
