@@ -15,7 +15,5 @@ from tests.support.mosquitto import Mosquitto, start_mosquitto
 def cloud(tmp_path: Path) -> Iterator[Mosquitto]:
     """A mosquitto with persistence (retained messages and sessions survive its restarts)."""
     require("mosquitto")
-    # As root, mosquitto drops to its own user and could not write its persistence file here.
-    config = ("user root",)
-    with start_mosquitto(tmp_path / "cloud", persistence=True, extra_config=config) as broker:
+    with start_mosquitto(tmp_path / "cloud", persistence=True) as broker:
         yield broker

@@ -25,7 +25,7 @@ from tests.support.mosquitto import Mosquitto, start_mosquitto
 @pytest.fixture
 def cloud(tmp_path: Path) -> Iterator[Mosquitto]:
     require("mosquitto")
-    config = ("user root", "max_queued_messages 0")
+    config = ("max_queued_messages 0",)
     with start_mosquitto(tmp_path / "cloud", persistence=True, extra_config=config) as broker:
         yield broker
 

@@ -30,7 +30,7 @@ def test_forwarding_over_tls_with_a_client_certificate(
     tls_port = free_port()
     tls = (
         f"listener {tls_port} 127.0.0.1", f"cafile {pki.ca}", f"certfile {pki.server_cert}",
-        f"keyfile {pki.server_key}", "require_certificate true", "user root",
+        f"keyfile {pki.server_key}", "require_certificate true",
     )
     for path in (pki.ca, pki.server_cert, pki.server_key):
         path.chmod(0o644)

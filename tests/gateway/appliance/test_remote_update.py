@@ -45,7 +45,7 @@ GOOD_SHA = hashlib.sha256(PAYLOAD).hexdigest()
 @pytest.fixture
 def cloud(tmp_path: Path) -> Iterator[Mosquitto]:
     require("mosquitto")
-    with start_mosquitto(tmp_path / "cloud", extra_config=("user root",)) as broker:
+    with start_mosquitto(tmp_path / "cloud") as broker:
         yield broker
 
 

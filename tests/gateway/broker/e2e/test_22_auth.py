@@ -108,7 +108,7 @@ def test_03_real_mosquitto_reads_outpost_passwd_files(tmp_path):
     # the default (210,000 rounds): what operators get
     assert outpost_passwd(str(path), "erin", "--stdin", input_text="pw of erin\n").returncode == 0
     with start_mosquitto(tmp_path / "mosq", extra_config=(
-            "allow_anonymous false", f"password_file {path}", "user root")) as mosquitto:
+            "allow_anonymous false", f"password_file {path}")) as mosquitto:
         pub = mosquitto_tool("mosquitto_pub")
         base = [pub, "-h", mosquitto.host, "-p", str(mosquitto.port), "-t", "t", "-m", "m"]
         assert run_tool(*base, "-u", "erin", "-P", "pw of erin").returncode == 0
