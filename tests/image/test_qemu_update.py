@@ -228,6 +228,9 @@ def test_the_cloud_updates_the_device_into_slot_b_and_it_is_kept(
                                       BOOT_TIMEOUT, "of slot B running, committed")
         assert after["running"]["version"] == update_bundles.new_version, after
         assert _request_state(after, "installed"), after
+        # Before slot B's health check the new version was never shown with slot A's record.
+        assert all(r["running"]["slot"] in (None, "B") for r in reports.all()
+                   if r["running"]["version"] == update_bundles.new_version), reports.all()
     finally:
         reports.stop()
     boot_log = vm.serial_log.read_text(errors="replace")[serial_before:]
