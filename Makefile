@@ -82,7 +82,7 @@ ARCH ?= arm64
 # grub-efi-amd64-bin + grub-common: the amd64 image's GRUB (EFI); ovmf: UEFI firmware for QEMU.
 IMAGE_PACKAGES := mmdebstrap qemu-user-static binfmt-support arch-test systemd-container \
 	dosfstools mtools fdisk genimage e2fsprogs grub-efi-amd64-bin grub-common ovmf qemu-system-x86 qemu-system-arm \
-	rauc squashfs-tools openssl
+	rauc squashfs-tools openssl socat
 .PHONY: image image-test image-packages
 
 image-packages:

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from bridge import cli as bridge_cli
 from gateway import __version__
 from gateway.appliance import update, update_runner
-from gateway.appliance.config import Config, load_config, secret_warnings
+from gateway.appliance.config import Config, config_folder, load_config, secret_warnings
 from gateway.appliance.update_command import Spool
 from gateway.base.hostport import parse_host_port
 from gateway.base.settings import ConfigError
@@ -382,7 +382,8 @@ def _valid_listeners(path: Path) -> list[tuple[int, ListenerConfig]]:
     valid: list[tuple[int, ListenerConfig]] = []
     for index, entry in enumerate(entries):
         try:
-            listener = ListenerConfig.model_validate(entry, context={"base_dir": path.parent})
+            listener = ListenerConfig.model_validate(
+                entry, context={"base_dir": config_folder(path)})
         except ValidationError:
             continue
         valid.append((index, listener))

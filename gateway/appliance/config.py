@@ -240,7 +240,11 @@ def parse_config(
 
 
 def load_config(path: Path | None) -> Config:
-    """Read and validate a TOML file; `None` means the embedded defaults."""
+    """Read and validate a TOML file; `None` means the embedded defaults.
+
+    Relative paths in it are relative to the folder the file really is in: the image's
+    /etc/outpost/outpost.toml is a symbolic link into the data partition, where the files it
+    names (password file, certificates) were imported beside it."""
     if path is None:
         return Config()
     try:
@@ -254,4 +258,10 @@ def load_config(path: Path | None) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), [f"not valid TOML: {exc}"]) from None
-    return parse_config(data, str(path), path.parent)
+    return parse_config(data, str(path), config_folder(path))
+
+
+def config_folder(path: Path) -> Path:
+    """The folder relative paths of the configuration file `path` start from (the real file's,
+    through any symbolic link)."""
+    return path.resolve().parent

@@ -10,7 +10,8 @@ file; the root runner (outpost-update.service, started by a path unit) takes it 
 This process never runs RAUC: it runs as the unprivileged service user.
 
 Reports: once a second the spool's files are looked at (a stat each); when one changed, the
-report (the running version and slot, the latest request and its state) is published retained
+report (the running version; the slot and whether it is committed once this boot's health
+check recorded them; the latest request and its state) is published retained
 on `<status_topic>/update` of every remote, through the uplink, which publishes it again after
 each reconnect. Refusals go to `<status_topic>/update/refused` (not retained) and to the log,
 with the client's text clipped and the log lines sampled.
@@ -34,6 +35,7 @@ from gateway.appliance.update_command import (
     STATUS_SUBTOPIC,
     CommandError,
     Spool,
+    boot_id,
     now_text,
     parse_command,
     read_json,
@@ -208,6 +210,10 @@ class RemoteUpdateService:
         try:
             running = read_json(self.spool.running) or {}
         except ValueError:
+            running = {}
+        # Until this boot's health check ran, the file is the previous boot's: its slot and
+        # "committed" next to this boot's version would claim a check that has not happened.
+        if running.get("boot_id") != boot_id():
             running = {}
         return {
             "gateway_id": self.gateway_id,

@@ -156,6 +156,21 @@ def parse_command(payload: bytes) -> UpdateCommand:
         raise CommandError("; ".join(problems), request_id) from None
 
 
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id(path: Path = BOOT_ID_FILE) -> str | None:
+    """This boot's id (Linux), None where there is none. OUTPOST_BOOT_ID when set: the
+    sandbox of outpost.service hides /proc/sys, so the unit passes systemd's `%b`."""
+    given = os.environ.get("OUTPOST_BOOT_ID", "").strip()
+    if given:
+        return given.replace("-", "").lower()
+    try:
+        return path.read_text(encoding="ascii").strip().replace("-", "").lower() or None
+    except OSError:
+        return None
+
+
 def now_text() -> str:
     """UTC, to the second, as the reports show it."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -179,7 +194,8 @@ class Spool:
 
     @property
     def running(self) -> Path:
-        """Written by the health check after each boot: the booted slot and its version."""
+        """Written by the health check after each boot: the booted slot and its version, with
+        the boot's id (a file left by the previous boot says nothing of this one)."""
         return self.state_dir / "update-running.json"
 
 

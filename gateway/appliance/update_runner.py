@@ -15,7 +15,7 @@ A request found with its id already started in the state file was interrupted (p
 killed runner): it is recorded as failed rather than tried again behind the sender's back.
 
 `record_running` (run by the health check after each boot) writes the booted slot and the
-version in it, which the gateway reports as the running slot.
+version in it, with the boot's id, which the gateway reports as the running slot.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from gateway.appliance.update_command import (
     DONE_KEPT,
     Spool,
     UpdateCommand,
+    boot_id,
     now_text,
     read_json,
     write_json,
@@ -160,4 +161,5 @@ def record_running(spool: Spool, device: update.Device, say: update.Progress) ->
     write_json(spool.running, {
         "slot": status.booted, "slot_version": booted.version if booted else "",
         "committed": status.committed, "compatible": status.compatible, "checked": now_text(),
+        "boot_id": boot_id(),
     })

@@ -1,8 +1,10 @@
 """A/B updates of the amd64 image in QEMU, through GRUB and RAUC's grub backend: an update to a
-newer build reboots into slot B and is kept after its health check; a broken update (its
-gateway never starts) fails its health check, and the device comes back on the previous slot
-by itself. The broker's retained messages and a persistent session's queued QoS 1 messages
-survive both.
+newer build, sent by the cloud (the remote trigger: a command through the uplink, the bundle
+from an HTTPS server on the host), reboots into slot B and is kept after its health check,
+and the cloud sees the request's progress and the new slot; a broken update (installed with
+`outpost update install` on the device; its gateway never starts) fails its health check, and
+the device comes back on the previous slot by itself. The broker's retained messages and a
+persistent session's queued QoS 1 messages survive both.
 
 The bundles are made here from the built image's root (tests/image/bundles.py): one with a new
 build id, one that also carries a drop-in making outpost.service fail. The tests run in order on
@@ -11,17 +13,29 @@ one VM; each prints what it measured (install, reboot to marked good, rollback).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.image import bundles, mqtt_tool
+from tests.image.cloud import (
+    GUEST_ADDRESS,
+    HTTPS_PORT,
+    MQTT_PORT,
+    BundleServer,
+    Reports,
+    bundle_server,
+)
 from tests.image.conftest import BuiltImage
-from tests.image.vm import Qemu, prepare_disk
+from tests.image.vm import Qemu, fat_mkdir, fat_put, prepare_disk
+from tests.support.mosquitto import Mosquitto, start_mosquitto
 
 pytestmark = [pytest.mark.image, pytest.mark.timeout(3600)]
 
@@ -34,8 +48,14 @@ QUEUE_TOPIC = "image/update/queue"
 RETAINED_TOPIC = "image/update/retained"
 BROKEN_DROP_IN = "/usr/lib/systemd/system/outpost.service.d/zz-broken.conf"
 
-CONFIG = """\
-gateway_id = "image-update-test"
+GATEWAY_ID = "image-update-test"
+COMMAND_TOPIC = f"outpost-cmd/{GATEWAY_ID}/update"
+REPORT_TOPIC = f"outpost-status/{GATEWAY_ID}/update"
+REQUEST_ID = "image-test-next"
+# The cloud broker and the bundles' CA are the host's (tests/image/cloud.py); the CA file is
+# put on the boot partition's outpost/ folder, imported beside outpost.toml.
+CONFIG = f"""\
+gateway_id = "{GATEWAY_ID}"
 
 [[listeners]]
 bind = "0.0.0.0:1883"
@@ -43,6 +63,23 @@ allow_anonymous = true
 
 [storage]
 durability = "full"
+
+[uplink]
+enabled = true
+
+[[uplink.remotes]]
+name = "cloud"
+addresses = ["{GUEST_ADDRESS}:{MQTT_PORT}"]
+client_id = "uplink-{GATEWAY_ID}"
+backoff_initial = 1.0
+backoff_max = 10.0
+
+[[uplink.inbound]]
+filter = "{COMMAND_TOPIC}"
+
+[remote_update]
+enabled = true
+ca_file = "update-ca.pem"
 """
 
 
@@ -75,10 +112,29 @@ def update_bundles(amd64_image: BuiltImage,
 
 
 @pytest.fixture(scope="module")
-def vm(amd64_image: BuiltImage, update_bundles: Bundles,
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
+    """The cloud broker, on the host."""
+    with start_mosquitto(tmp_path_factory.mktemp("cloud"), persistence=True) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="module")
+def server(update_bundles: Bundles,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[BundleServer]:
+    """The HTTPS server of the bundles, on the host."""
+    with bundle_server(update_bundles.new.parent, tmp_path_factory.mktemp("https")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def vm(amd64_image: BuiltImage, cloud: Mosquitto, server: BundleServer,
        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Qemu]:
     work = tmp_path_factory.mktemp("qemu-update")
-    machine = Qemu(prepare_disk(amd64_image.image, work, CONFIG, 64), work)
+    disk = prepare_disk(amd64_image.image, work, CONFIG, 64)
+    fat_mkdir(disk, "outpost")
+    fat_put(disk, server.ca_file, "outpost/update-ca.pem")
+    machine = Qemu(disk, work, guest_forwards=[(GUEST_ADDRESS, MQTT_PORT, cloud.port),
+                                               (GUEST_ADDRESS, HTTPS_PORT, server.port)])
     machine.start()
     yield machine
     machine.stop()
@@ -119,24 +175,68 @@ def _grubenv(vm: Qemu) -> list[str]:
     return result.stdout.split()
 
 
-def test_an_update_reboots_into_slot_b_and_is_kept(vm: Qemu, update_bundles: Bundles) -> None:
+def _request_state(report: dict[str, Any], *states: str) -> bool:
+    request = report.get("request") or {}
+    return request.get("id") == REQUEST_ID and request.get("state") in states
+
+
+def test_the_cloud_updates_the_device_into_slot_b_and_it_is_kept(
+        vm: Qemu, update_bundles: Bundles, cloud: Mosquitto, server: BundleServer) -> None:
+    """The remote trigger: the cloud publishes an update command on its broker, the gateway in
+    the guest takes it through the uplink, the root runner (outpost-update.path/.service)
+    fetches the bundle over HTTPS from the host, installs it into slot B and reboots; the
+    cloud sees accepted, downloading, installing, installed, then slot B running, committed."""
     first = vm.wait_report(1, BOOT_TIMEOUT)
     assert first["outpost"] == "active" and first["update"] == "A:committed", first
     mqtt_tool.publish_retained("127.0.0.1", vm.port, RETAINED_TOPIC, b"before the updates")
     mqtt_tool.subscribe_persistent("127.0.0.1", vm.port, QUEUE_CLIENT, QUEUE_TOPIC)
     _queue(vm, b"queued-1", b"queued-2", b"queued-3")
-    serial_before = vm.serial_log.stat().st_size
+    key = vm.workdir / "key"
+    reports = Reports(cloud.port, REPORT_TOPIC)
+    try:
+        # The health check records the running slot after the boot: the report then has it.
+        _, before = reports.wait(lambda r: (r["running"]["slot"] == "A"
+                                            and r["running"]["committed"] is True),
+                                 BOOT_TIMEOUT, "of slot A running")
+        assert before["gateway_id"] == GATEWAY_ID and before["request"] is None, before
+        # The command is not retained: the uplink's inbound subscription must be in place.
+        subscribed = vm.ssh(key, "timeout 600 sh -c 'until journalctl -u outpost.service -o cat"
+                            " | grep -q \"inbound subscribed\"; do sleep 1; done'")
+        assert subscribed.returncode == 0, subscribed
+        serial_before = vm.serial_log.stat().st_size
 
-    install_s, rebooted, output = _install_and_reboot(vm, update_bundles.new, "new.raucb")
-    assert f"installing {update_bundles.new_version}" in output, output
-    number, report = vm.wait_report_where(
-        1, lambda r: r["update"].startswith("B:"), BOOT_TIMEOUT)
-    to_good_s = time.monotonic() - rebooted
-    assert report["update"] == "B:committed", report
-    assert report["outpost"] == "active" and report["health"] == "active", report
-    assert number == 2, vm.reports()  # straight into B: no boot of A in between
+        sha256 = hashlib.sha256(update_bundles.new.read_bytes()).hexdigest()
+        command = {"url": server.url(update_bundles.new.name), "sha256": sha256,
+                   "id": REQUEST_ID}
+        published = time.monotonic()
+        mqtt_tool.publish("127.0.0.1", cloud.port, COMMAND_TOPIC,
+                          [json.dumps(command).encode()])
+        installed_at, done = reports.wait(lambda r: _request_state(r, "installed", "failed"),
+                                          BOOT_TIMEOUT, f"of {REQUEST_ID} settled")
+        assert done["request"]["state"] == "installed", done
+        assert done["request"]["version"] == update_bundles.new_version, done
+        assert reports.states(REQUEST_ID) == ["accepted", "downloading", "installing",
+                                              "installed"], reports.all()
+
+        number, report = vm.wait_report_where(
+            1, lambda r: r["update"].startswith("B:"), BOOT_TIMEOUT)
+        assert report["update"] == "B:committed", report
+        assert report["outpost"] == "active" and report["health"] == "active", report
+        assert number == 2, vm.reports()  # straight into B: no boot of A in between
+        good_at, after = reports.wait(lambda r: (r["running"]["slot"] == "B"
+                                                 and r["running"]["committed"] is True),
+                                      BOOT_TIMEOUT, "of slot B running, committed")
+        assert after["running"]["version"] == update_bundles.new_version, after
+        assert _request_state(after, "installed"), after
+        # Before slot B's health check the new version was never shown with slot A's record.
+        assert all(r["running"]["slot"] in (None, "B") for r in reports.all()
+                   if r["running"]["version"] == update_bundles.new_version), reports.all()
+    finally:
+        reports.stop()
     boot_log = vm.serial_log.read_text(errors="replace")[serial_before:]
     assert "outpost: root slot B" in boot_log
+    runner = vm.ssh(key, "journalctl -b -1 -u outpost-update.service --no-pager -o cat").stdout
+    assert f"request {REQUEST_ID}: installed {update_bundles.new_version}" in runner, runner
 
     key = vm.workdir / "key"
     running = vm.ssh(key, "cat /proc/cmdline /usr/lib/outpost/release").stdout.split()
@@ -153,9 +253,10 @@ def test_an_update_reboots_into_slot_b_and_is_kept(vm: Qemu, update_bundles: Bun
     assert mqtt_tool.read_retained("127.0.0.1", vm.port, RETAINED_TOPIC) == b"before the updates"
     got = mqtt_tool.receive_queued("127.0.0.1", vm.port, QUEUE_CLIENT, 3)
     assert got == [b"queued-1", b"queued-2", b"queued-3"]
-    print(f"\nupdate to {update_bundles.new_version} in QEMU ({vm.accel()[1]}): install "
-          f"{install_s:.0f} s ({update_bundles.new.stat().st_size >> 20} MiB bundle), "
-          f"reboot to slot B marked good {to_good_s:.0f} s")
+    print(f"\nremote update to {update_bundles.new_version} in QEMU ({vm.accel()[1]}, "
+          f"{update_bundles.new.stat().st_size >> 20} MiB bundle over HTTPS): from the "
+          f"command to 'installed' {installed_at - published:.0f} s, to slot B running and "
+          f"marked good {good_at - published:.0f} s")
 
 
 def test_a_broken_update_falls_back_to_the_previous_slot(vm: Qemu,

@@ -1,8 +1,10 @@
 """Boot the image for the tests: its root tree in systemd-nspawn, its disk image in QEMU.
 
 Only loopback addresses are used: the container has a private network (the tests reach it
-with `nsenter -n`), and QEMU's user network is `restrict=on` with one host forward on
-127.0.0.1 to the guest's port 1883.
+with `nsenter -n`), and QEMU's user network is `restrict=on` with host forwards on 127.0.0.1
+to the guest's ports 1883 and 22, and, on request, guest forwards: a connection of the guest
+to one address and port of its network is handed to `socat`, which connects to a port on the
+host's 127.0.0.1 (the guest reaches nothing else).
 """
 
 from __future__ import annotations
@@ -174,6 +176,8 @@ class Qemu:
     # arm64: qemu-system-aarch64 -M virt with the kernel and initrd of the image's boot
     # partition (a Pi's firmware is not emulated) and this command line.
     arm64_cmdline: str | None = None
+    # (address in the guest's 10.0.2.0/24, port there, port on the host's 127.0.0.1)
+    guest_forwards: list[tuple[str, int, int]] = field(default_factory=list)
 
     @property
     def console_log(self) -> Path:
@@ -210,7 +214,10 @@ class Qemu:
             "-drive", f"file={self.image},format=raw,if=none,id=disk0,cache=unsafe",
             "-device", "virtio-blk-pci,drive=disk0,bootindex=0",
             "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:1883,"
-                       f"hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
+                       f"hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22"
+                       + "".join(f",guestfwd=tcp:{address}:{port}-cmd:socat STDIO "
+                                 f"TCP:127.0.0.1:{host_port}"
+                                 for address, port, host_port in self.guest_forwards),
             "-device", "virtio-net-pci,netdev=net0,romfile=",
             "-device", "virtio-serial-pci",
             "-chardev", f"file,id=hvc0,path={self.console_log}",
@@ -378,6 +385,11 @@ def fat_put(image: Path, source: Path, name: str) -> None:
     """Copy a file onto the image's boot partition (mtools, no mount)."""
     subprocess.run(["mcopy", "-o", "-i", f"{image}@@{BOOT_PARTITION_OFFSET}", str(source),
                     f"::/{name}"], check=True)
+
+
+def fat_mkdir(image: Path, name: str) -> None:
+    """Make a folder on the image's boot partition."""
+    subprocess.run(["mmd", "-i", f"{image}@@{BOOT_PARTITION_OFFSET}", f"::/{name}"], check=True)
 
 
 def fat_get(image: Path, name: str, target: Path) -> None:

@@ -84,7 +84,9 @@ class Mosquitto:
             # Started as root (CI), mosquitto drops to the user `mosquitto`, which cannot write
             # its persistence file into a root-owned temporary directory: the "persistent"
             # broker would come back from a restart empty.
-            *(["user root"] if os.geteuid() == 0 else []),
+            # (Unless the caller names the user: mosquitto refuses a second `user` line.)
+            *(["user root"] if os.geteuid() == 0 and not any(
+                line.startswith("user ") for line in self.extra_config) else []),
             *self.extra_config,
         ]
         self.config_path.write_text("\n".join(lines) + "\n")

@@ -24,6 +24,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from gateway.appliance import update
 from gateway.appliance.config import parse_config
+from gateway.appliance.remote_update import RemoteUpdateService
 from gateway.appliance.update_command import CommandError, Spool, parse_command, write_json
 from gateway.appliance.update_runner import run_request
 from gateway.base.settings import ConfigError
@@ -353,3 +354,23 @@ def test_the_runner_settles_the_request_when_the_configuration_is_invalid(tmp_pa
     assert "invalid configuration" in state["request"]["error"]
     assert not spool.request.exists()
     assert run_request_command(config, spool.state_dir, tmp_path / "d").returncode == 2  # idle
+
+
+def test_the_slot_is_reported_only_as_recorded_by_this_boots_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a reboot the file of the previous boot's health check is still there: its slot and
+    "committed" next to the new version would claim a check that has not run yet."""
+    spool = Spool(tmp_path)
+    service = RemoteUpdateService([COMMAND], "site7", spool, lambda *_: None)
+    monkeypatch.setenv("OUTPOST_BOOT_ID", "0123456789ABCDEF0123456789ABCDEF")  # systemd's %b
+    recorded = {"slot": "B", "committed": True, "checked": "2026-11-25T18:00:00Z"}
+    write_json(spool.running, {**recorded, "boot_id": "ffffffffffffffffffffffffffffffff"})
+    running = service.current()["running"]
+    assert (running["slot"], running["committed"], running["checked"]) == (None, None, None)
+    write_json(spool.running, {**recorded, "boot_id": "0123456789abcdef0123456789abcdef"})
+    running = service.current()["running"]
+    assert (running["slot"], running["committed"]) == ("B", True)
+    monkeypatch.delenv("OUTPOST_BOOT_ID")  # off the unit: the kernel's, as the check writes it
+    kernel = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")
+    write_json(spool.running, {**recorded, "boot_id": kernel})
+    assert service.current()["running"]["slot"] == "B"

@@ -67,6 +67,21 @@ socket_mode = 0o660
         "unix:/run/outpost/mqtt.sock"]
 
 
+def test_relative_files_are_beside_the_real_file_of_a_symlinked_config(tmp_path: Path) -> None:
+    """The image's /etc/outpost/outpost.toml is a symbolic link into the data partition, where
+    the files it names were imported beside it: relative paths start from the real file."""
+    real = tmp_path / "data" / "outpost"
+    real.mkdir(parents=True)
+    (real / "passwd").write_text("x", encoding="utf-8")
+    (real / "outpost.toml").write_text(
+        '[[listeners]]\nbind = "0.0.0.0:1883"\npassword_file = "passwd"\n', encoding="utf-8")
+    etc = tmp_path / "etc" / "outpost"
+    etc.mkdir(parents=True)
+    (etc / "outpost.toml").symlink_to(real / "outpost.toml")
+    config = load_config(etc / "outpost.toml")
+    assert config.listeners[0].password_file == real / "passwd"
+
+
 def test_errors_name_key_paths(tmp_path: Path) -> None:
     found = errors([
         {"type": "tls", "bind": "127.0.0.1:0"},

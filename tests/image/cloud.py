@@ -1,0 +1,114 @@
+"""The cloud's side of a remote update, on the host, for a gateway inside QEMU.
+
+A real mosquitto (the cloud broker) and an HTTPS server of the bundles (a certificate from its
+own CA, made with openssl) listen on 127.0.0.1; the guest reaches both at GUEST_ADDRESS
+through the VM's `guestfwd` rules (tests/image/vm.py), which QEMU's user network allows even
+with `restrict=on`. `Reports` records what the cloud sees on the gateway's update topic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.bridge.uplink.test_uplink_e2e import Recorder
+
+GUEST_ADDRESS = "10.0.2.100"  # where the guest finds the host's broker and HTTPS server
+MQTT_PORT = 1883  # on GUEST_ADDRESS
+HTTPS_PORT = 443  # on GUEST_ADDRESS
+
+
+@dataclass(frozen=True)
+class BundleServer:
+    """An HTTPS server of the files in a folder; the guest trusts `ca_file` for it."""
+
+    port: int  # on the host's 127.0.0.1
+    ca_file: Path
+
+    def url(self, name: str) -> str:
+        """The file's URL as the guest sees it."""
+        return f"https://{GUEST_ADDRESS}/{name}"
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def bundle_server(folder: Path, work: Path) -> Iterator[BundleServer]:
+    """Serve `folder` over HTTPS with a certificate for GUEST_ADDRESS from a new CA."""
+    work.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    openssl("req", "-x509", *ec, "-days", "2", "-subj", "/CN=image test CA",
+            "-keyout", str(work / "ca.key"), "-out", str(work / "ca.pem"),
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign")
+    openssl("req", "-new", *ec, "-subj", f"/CN={GUEST_ADDRESS}",
+            "-keyout", str(work / "server.key"), "-out", str(work / "server.csr"))
+    (work / "ext").write_text(f"subjectAltName=IP:{GUEST_ADDRESS}\nbasicConstraints=CA:FALSE\n")
+    openssl("x509", "-req", "-in", str(work / "server.csr"), "-CA", str(work / "ca.pem"),
+            "-CAkey", str(work / "ca.key"), "-CAcreateserial", "-days", "2",
+            "-extfile", str(work / "ext"), "-out", str(work / "server.pem"))
+    handler = functools.partial(_Quiet, directory=str(folder))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(work / "server.pem", work / "server.key")
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield BundleServer(httpd.server_address[1], work / "ca.pem")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+class Reports:
+    """The gateway's retained update reports as the cloud receives them (`topic`)."""
+
+    def __init__(self, port: int, topic: str) -> None:
+        self.topic = topic
+        self.recorder = Recorder(port, topic).start()
+
+    def all(self) -> list[dict[str, Any]]:
+        with self.recorder.lock:
+            return [json.loads(m.payload) for m in self.recorder.messages
+                    if m.topic == self.topic]
+
+    def states(self, request_id: str) -> list[str]:
+        """The request's states in the order reported, repeats folded."""
+        seen: list[str] = []
+        for report in self.all():
+            request = report.get("request") or {}
+            if request.get("id") == request_id and request.get("state") not in seen[-1:]:
+                seen.append(request["state"])
+        return seen
+
+    def wait(self, wanted: Callable[[dict[str, Any]], bool], timeout: float,
+             what: str) -> tuple[float, dict[str, Any]]:
+        """The first report `wanted` accepts and when (monotonic) it was seen; waits for it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = next((r for r in self.all() if wanted(r)), None)
+            if found is not None:
+                return time.monotonic(), found
+            time.sleep(0.5)
+        raise TimeoutError(f"no report {what} in {timeout:.0f} s; reports: {self.all()[-5:]}")
+
+    def stop(self) -> None:
+        self.recorder.stop()
