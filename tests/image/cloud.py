@@ -12,9 +12,6 @@ import contextlib
 import functools
 import http.server
 import json
-import ssl
-import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bridge.uplink.test_uplink_e2e import Recorder
+from tests.support.https_server import serve_https
 
 GUEST_ADDRESS = "10.0.2.100"  # where the guest finds the host's broker and HTTPS server
 MQTT_PORT = 1883  # on GUEST_ADDRESS
@@ -48,34 +46,9 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 @contextlib.contextmanager
 def bundle_server(folder: Path, work: Path) -> Iterator[BundleServer]:
     """Serve `folder` over HTTPS with a certificate for GUEST_ADDRESS from a new CA."""
-    work.mkdir(parents=True, exist_ok=True)
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *ec, "-days", "2", "-subj", "/CN=image test CA",
-            "-keyout", str(work / "ca.key"), "-out", str(work / "ca.pem"),
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign")
-    openssl("req", "-new", *ec, "-subj", f"/CN={GUEST_ADDRESS}",
-            "-keyout", str(work / "server.key"), "-out", str(work / "server.csr"))
-    (work / "ext").write_text(f"subjectAltName=IP:{GUEST_ADDRESS}\nbasicConstraints=CA:FALSE\n")
-    openssl("x509", "-req", "-in", str(work / "server.csr"), "-CA", str(work / "ca.pem"),
-            "-CAkey", str(work / "ca.key"), "-CAcreateserial", "-days", "2",
-            "-extfile", str(work / "ext"), "-out", str(work / "server.pem"))
     handler = functools.partial(_Quiet, directory=str(folder))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(work / "server.pem", work / "server.key")
-    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield BundleServer(httpd.server_address[1], work / "ca.pem")
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serve_https(handler, work, GUEST_ADDRESS) as (port, ca_file):
+        yield BundleServer(port, ca_file)
 
 
 class Reports:

@@ -69,15 +69,7 @@ def _client(host: str, port: int, deadline: float, client_id: str | None = None,
 def publish_retained(host: str, port: int, topic: str, payload: bytes,
                      timeout: float = 60.0) -> None:
     """Publish a retained QoS 1 message and wait for its PUBACK."""
-    client = _client(host, port, time.monotonic() + timeout)
-    try:
-        info = client.publish(topic, payload, qos=1, retain=True)
-        info.wait_for_publish(timeout)
-        if not info.is_published():
-            raise TimeoutError(f"no PUBACK for {topic}")
-    finally:
-        client.loop_stop()
-        client.disconnect()
+    publish(host, port, topic, [payload], timeout, retain=True)
 
 
 def read_retained(host: str, port: int, topic: str, timeout: float = 60.0) -> bytes | None:
@@ -148,12 +140,12 @@ def subscribe_persistent(host: str, port: int, client_id: str, topic: str,
 
 
 def publish(host: str, port: int, topic: str, payloads: list[bytes],
-            timeout: float = 60.0) -> None:
+            timeout: float = 60.0, retain: bool = False) -> None:
     """Publish each payload at QoS 1 and wait for its PUBACK."""
     client = _client(host, port, time.monotonic() + timeout)
     try:
         for payload in payloads:
-            info = client.publish(topic, payload, qos=1)
+            info = client.publish(topic, payload, qos=1, retain=retain)
             info.wait_for_publish(timeout)
             if not info.is_published():
                 raise TimeoutError(f"no PUBACK for {topic}")

@@ -11,9 +11,6 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
-import ssl
-import subprocess
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +21,7 @@ from gateway.appliance import update
 from gateway.appliance.config import parse_config
 from tests.conftest import require
 from tests.gateway.appliance.support import start_outpost
+from tests.support.https_server import serve_https
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
 
@@ -61,33 +59,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A real HTTPS server on 127.0.0.1 with a certificate from its own CA (made by openssl)."""
-    openssl = require("openssl")
-    d = tmp_path_factory.mktemp("https")
-
-    def run(*args: str) -> None:
-        subprocess.run([openssl, *args], check=True, capture_output=True)
-
-    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-days", "2", "-subj", "/CN=test CA", "-keyout", str(d / "ca.key"),
-        "-out", str(d / "ca.pem"), "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign")
-    run("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-subj", "/CN=127.0.0.1", "-keyout", str(d / "server.key"), "-out", str(d / "server.csr"))
-    (d / "ext").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
-    run("x509", "-req", "-in", str(d / "server.csr"), "-CA", str(d / "ca.pem"),
-        "-CAkey", str(d / "ca.key"), "-CAcreateserial", "-days", "2",
-        "-extfile", str(d / "ext"), "-out", str(d / "server.pem"))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(d / "server.pem", d / "server.key")
-    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Server(f"https://127.0.0.1:{httpd.server_address[1]}", d / "ca.pem")
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    require("openssl")
+    with serve_https(_Handler, tmp_path_factory.mktemp("https")) as (port, ca_file):
+        yield Server(f"https://127.0.0.1:{port}", ca_file)
 
 
 def test_fetch_checks_the_sha256_and_reports_progress(https_server: Server, tmp_path: Path
