@@ -137,6 +137,19 @@ class Outbound:
         in-memory page is spilled instead of kept.
         """
         size = delivery.message.queued_cost
+        queue = self._queue
+        budget = self.budget
+        if (queue is not None and loader is None and not self.spilled
+                and len(queue) < self.max_messages
+                and self._queued_bytes + self.spilled_bytes + size <= self.max_bytes
+                and (budget is None or budget.used + size <= budget.limit)):
+            # the common case (a queue in memory, within every limit), once per message
+            queue.append(delivery)
+            self._queued_bytes += size
+            if budget is not None:
+                budget.used += size
+            self.last_seq = max(self.last_seq, delivery.store_seq)
+            return []
         if size > self.max_bytes or (self.spilled and not delivery.store_seq):
             return [delivery]
         dropped: list[Delivery] = []
@@ -153,7 +166,6 @@ class Outbound:
             oldest = self._allocated().popleft()
             self.queued_bytes -= oldest.message.queued_cost
             dropped.append(oldest)
-        budget = self.budget
         if loader is not None and delivery.store_seq and (
             self.spilled or len(self.queue) >= self.page
             or (budget is not None and budget.full(size))
@@ -202,10 +214,13 @@ class Outbound:
 
     def pop(self) -> Delivery | None:
         """Take the oldest queued delivery."""
-        if not self.queue:
+        if not self._queue:
             return None
-        delivery = self._allocated().popleft()
-        self.queued_bytes -= delivery.message.queued_cost
+        delivery = self._queue.popleft()
+        size = delivery.message.queued_cost
+        self._queued_bytes -= size
+        if self.budget is not None:
+            self.budget.used -= size
         return delivery
 
     def allocate_id(self) -> int:

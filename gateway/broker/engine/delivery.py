@@ -235,24 +235,33 @@ class Dispatcher:
             return
         outbound = session.outbound
         window = self.window(conn)
-        while outbound.queue or outbound.spilled:
-            if not outbound.queue:
+        inflight = outbound.inflight
+        backlog = conn.sink.backlog
+        check_read = self.check_read and conn.info is not None
+        while True:
+            queue = outbound.queue
+            if not queue:
+                if not outbound.spilled:
+                    return
                 outbound.refill(self._loader(session))
                 if not outbound.queue:
                     return
-            head = outbound.queue[0]
-            if head.message.expired(now) and not head.packet_id:  # not once delivery started
+                continue
+            head = queue[0]
+            expires_at = head.message.expires_at
+            if expires_at is not None and now >= expires_at and not head.packet_id:
+                # expired, and its delivery had not started
                 outbound.pop()
                 self.counters.expired += 1
                 if head.qos > 0 and session.persistent:
                     self.hooks.qos_completed(session.client_id, head)
                 continue
-            if head.qos > 0 and len(outbound.inflight) >= window:
+            if head.qos > 0 and len(inflight) >= window:
                 return
-            if conn.sink.backlog() >= HIGH_WATER:
+            if backlog() >= HIGH_WATER:
                 return
             outbound.pop()
-            if self.check_read and conn.info is not None and not self.hooks.check_acl(
+            if check_read and conn.info is not None and not self.hooks.check_acl(
                 conn.info, head.message.topic, Access.READ
             ):
                 self.counters.denied += 1

@@ -29,6 +29,7 @@ import abc
 import asyncio
 import logging
 import math
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -65,18 +66,17 @@ class ClientConnection(asyncio.Protocol, abc.ABC):
 
     # Slotted (no per-instance __dict__): there is one per client.
     __slots__ = (
-        "admitted", "closing", "conn", "label", "listener", "pending", "source", "transport",
+        "closing", "conn", "label", "listener", "pending", "source", "transport",
     )
 
     listener: ListenerConfig
     label: str  # ClientInfo.listener
-    source: str | None  # counted by Admission (None: not counted)
-    admitted: PendingConnection | None  # its admission entry, released when it closes
-    pending: PendingConnection | None  # the same until its CONNECT is judged
+    source: str | None  # counted by Admission (None: not counted), released when it closes
+    pending: PendingConnection | None  # its admission entry until its CONNECT is judged
     closing: bool
     transport: asyncio.Transport | None
     conn: Connection
-    buffer: bytearray  # read but not yet decoded (capped before CONNECT)
+    buffer: bytearray | None  # read but not yet decoded (capped before CONNECT)
 
     @abc.abstractmethod
     def adopt(self, admitted: PendingConnection) -> None:
@@ -122,7 +122,8 @@ def peer_common_name(transport: asyncio.BaseTransport | None) -> str | None:
 def peer_source(peer: object) -> str:
     """Source address of a `peername` (unix sockets: "unix")."""
     if isinstance(peer, tuple) and peer:
-        return str(peer[0])
+        # interned: every connection from one address shares the string (kept per client)
+        return sys.intern(str(peer[0]))
     return UNIX_SOURCE
 
 
@@ -220,16 +221,18 @@ class Admission:
         if worth_logging(count, _LOG_EVERY):
             log.warning("closed a connection from %s: %d bytes before a complete CONNECT "
                         "(limits.max_pending_bytes; %d closed so far)", protocol.source,
-                        len(protocol.buffer), count)
-        protocol.buffer.clear()
+                        len(protocol.buffer or b""), count)
+        if protocol.buffer is not None:
+            protocol.buffer.clear()
         protocol.closing = True
         if protocol.transport is not None:
             protocol.transport.abort()
 
-    def release(self, entry: PendingConnection) -> None:
-        """A counted socket closed."""
-        self.settled(entry)
-        self.limiter.release(entry.source)
+    def release(self, source: str, entry: PendingConnection | None) -> None:
+        """A socket counted for `source` closed (`entry`: its CONNECT was not judged yet)."""
+        if entry is not None:
+            self.settled(entry)
+        self.limiter.release(source)
 
     # -- CONNECT -----------------------------------------------------------------------
 

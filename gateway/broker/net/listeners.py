@@ -130,7 +130,7 @@ class TLSAcceptor(asyncio.Protocol):
         self.server.broker.count_tls_failed()
         assert self.admitted is not None
         log.info("TLS handshake with %s failed: %s", self.admitted.source, exc or "cancelled")
-        self.server.admission.release(self.admitted)
+        self.server.admission.release(self.admitted.source, self.admitted)
         self.inner.discard()
 
     def data_received(self, data: bytes) -> None:  # pragma: no cover - replaced at once
