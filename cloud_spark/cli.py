@@ -168,8 +168,14 @@ def build_parser() -> argparse.ArgumentParser:
     quality.add_argument(
         "--skew-threshold-s", type=float, default=60.0, help="|received - ts| above = skewed"
     )
+    quality.add_argument(
+        "--full", action="store_true", help="recompute everything, not only the touched days"
+    )
     health = _add_job(sub, "health", "device and uplink health from diagnostics")
     health.add_argument("--window-s", type=float, default=3600.0, help="summary window")
+    health.add_argument(
+        "--full", action="store_true", help="recompute every day, not only the touched ones"
+    )
     report = _add_job(sub, "report", "print a summary and write it as JSON")
     report.add_argument("--json", dest="json_path", help="JSON path (default: OUT/report.json)")
     everything = _add_job(sub, "all", "run every job in order (silver ... report), defaults")
@@ -226,9 +232,10 @@ def job_params(name: str, args: argparse.Namespace) -> Any:
             stuck_after_ms=_ms(get("stuck_after_s", 3600.0)),
             stuck_min_samples=get("stuck_min_samples", 5),
             skew_threshold_ms=_ms(get("skew_threshold_s", 60.0)),
+            full=get("full", False),
         )
     if name == "health":
-        return HealthParams(window_ms=_ms(get("window_s", 3600.0)))
+        return HealthParams(window_ms=_ms(get("window_s", 3600.0)), full=get("full", False))
     if name == "report":
         return ReportParams(json_path=get("json_path", None))
     raise ValueError(f"unknown job {name!r}")

@@ -215,6 +215,16 @@ LINK_OUTAGES = _schema(
     ("event_date", DATE),
 )
 
+SEQ_RANGES = _schema(
+    ("gateway", S),
+    ("epoch", S),
+    ("first_seq", L),
+    ("last_seq", L),
+    ("duplicates", L),
+    ("conflicts", L),
+    ("event_date", DATE),
+)
+
 SEQ_SUMMARY = _schema(
     ("gateway", S),
     ("epoch", S),

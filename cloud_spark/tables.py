@@ -53,6 +53,7 @@ TABLES: dict[str, Table] = {
     ),
     "availability": Table("gold/availability", s.AVAILABILITY, ("event_date",)),
     "link_outages": Table("gold/link_outages", s.LINK_OUTAGES, ("event_date",), replace_whole=True),
+    "seq_ranges": Table("gold/seq_ranges", s.SEQ_RANGES, ("event_date",)),
     "seq_summary": Table("gold/seq_summary", s.SEQ_SUMMARY),
     "seq_gaps": Table("gold/seq_gaps", s.SEQ_GAPS),
     "quality_flags": Table(
@@ -127,6 +128,13 @@ def read_parquet(spark: SparkSession, path: str, schema: StructType) -> DataFram
 def read_table(spark: SparkSession, out: str, name: str) -> DataFrame:
     """A table written by a job, or an empty frame with its schema when it does not exist."""
     return read_parquet(spark, table_path(out, name), TABLES[name].schema)
+
+
+def held_in_driver(spark: SparkSession, frame: DataFrame) -> DataFrame:
+    """``frame`` collected and made a frame again: a job that rewrites a table from rows it
+    read from that table (Spark refuses to overwrite a path it reads). Only for small
+    tables: event tables (outages, flags), not samples."""
+    return spark.createDataFrame(frame.collect(), frame.schema)
 
 
 def _writer(df: DataFrame, name: str, mode: str) -> DataFrameWriter:

@@ -517,12 +517,6 @@ def _before(frame: DataFrame, day: date) -> DataFrame:
     return frame.where(F.col("event_date") < F.lit(day))
 
 
-def _kept(spark: SparkSession, frame: DataFrame, name: str) -> DataFrame:
-    """Rows of a table held in the driver: the table is rewritten from them (event tables
-    are small: outages, not samples)."""
-    return spark.createDataFrame(frame.collect(), tables.TABLES[name].schema)
-
-
 def run(spark: SparkSession, root: str, out: str, params: AvailabilityParams) -> dict[str, Any]:
     """Read silver, write gold outages, gateway outages, availability and link outages.
 
@@ -573,7 +567,8 @@ def run(spark: SparkSession, root: str, out: str, params: AvailabilityParams) ->
             )
             frames = {"outages": outages, "gateway_outages": gw, "link_outages": link}
             for name, frame in frames.items():
-                kept = _kept(spark, _before(tables.read_table(spark, out, name), since), name)
+                old = _before(tables.read_table(spark, out, name), since)
+                kept = tables.held_in_driver(spark, old)
                 frames[name] = kept.unionByName(
                     _since(tables.conform(frame, tables.TABLES[name].schema), since)
                 )

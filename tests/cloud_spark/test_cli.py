@@ -57,6 +57,11 @@ def test_flags_become_job_parameters() -> None:
     )
     rollups = build_parser().parse_args(["rollups", "--out", "o", "--grains", "1m,1h"])
     assert job_params("rollups", rollups).grains == ("1m", "1h")
+    for job in ("quality", "health", "availability"):
+        assert job_params(job, build_parser().parse_args([job, "--out", "o", "--full"])).full
+        assert not job_params(job, build_parser().parse_args([job, "--out", "o"])).full
+    everything = build_parser().parse_args(["all", "--root", "r", "--out", "o", "--full"])
+    assert job_params("quality", everything).full and job_params("health", everything).full
 
 
 @pytest.mark.parametrize("bad", ["power", "power=1", "=1:2", "p=a:b"])
