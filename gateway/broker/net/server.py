@@ -172,13 +172,7 @@ class MQTTConnection(admission.ClientConnection):
                     if admitted is None:  # parked: resume_connect() continues
                         self._park(data, offset + used, end)
                         return
-                    broker.handle(conn, admitted, now)
-                    # The CONNACK leaves now, not with the iteration's other output: the client
-                    # waits for nothing else, and in a burst of connects the first clients can
-                    # go on while the broker still answers the rest.
-                    self.flush()
-                    offset += used
-                    continue
+                    packet = admitted
                 broker.handle(conn, packet, now, raw)
                 offset += used
                 if conn.paused:  # flow control: the rest waits for resume_reading()
