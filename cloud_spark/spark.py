@@ -39,8 +39,8 @@ DEFAULT_CONF: dict[str, str] = {
 
 
 #: Settings for a JVM that :func:`get_spark` launches itself in local mode, where the driver
-#: is also the executor. Its resident set is the heap plus ~0.45 GiB outside it (metaspace,
-#: JIT code, threads, malloc): a 1200 MiB heap peaked at 1.6 GiB over silver and rollups of
+#: is also the executor. Its resident set is the heap plus 0.4-0.5 GiB outside it (metaspace,
+#: JIT code, threads, malloc): a 1200 MiB heap peaked at 1.7 GiB over silver and rollups of
 #: 10M bronze rows (bench/cloud/README.md). The jobs keep their big frames on disk
 #: (``silver.CACHE_LEVEL``), so the heap need not grow with the data. The parallel
 #: collector's own tables are a few MiB where G1's took ~100 MiB at this heap size, and a
