@@ -5,6 +5,11 @@ How this works: under ``spark-submit`` the JVM already exists (PySpark finds it 
 settings. Run as ``python -m cloud_spark`` the master defaults to ``local[*]``. Every session
 uses UTC (``spark.sql.session.timeZone``) and dynamic partition overwrite, which is what makes
 re-running a job idempotent: only the partitions a run produces are replaced.
+When this process launches a local JVM itself (a ``local[…]`` master, not spark-submit),
+:func:`local_jvm_settings` also sizes that JVM, which is driver and executor in one, so that
+its whole resident set stays near 2 GiB (:data:`LOCAL_JVM_CONF`, :data:`LOCAL_JVM_ENV`); a
+setting the user made anywhere Spark reads one (``conf``, ``spark-defaults.conf``,
+``SPARK_DRIVER_MEMORY``, the environment) is left as it is.
 :func:`check_spark_version` runs first: the jobs use SQL functions that exist only from
 Spark 4.0 on (``try_parse_json``, ``try_validate_utf8``, ``date_from_unix_date``…), and an
 older cluster would otherwise fail deep inside a plan with an unresolved-function error.
@@ -14,8 +19,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 import pyspark
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 #: the oldest Spark the jobs run on (docs/cloud.md, "Spark version"); below 5: pyproject pin
@@ -29,6 +36,64 @@ DEFAULT_CONF: dict[str, str] = {
     # partitioned writes without sorting by partition first (few event dates per run)
     "spark.sql.maxConcurrentOutputFileWriters": "16",
 }
+
+
+#: Settings for a JVM that :func:`get_spark` launches itself in local mode, where the driver
+#: is also the executor. Its resident set is the heap plus 0.4-0.5 GiB outside it (metaspace,
+#: JIT code, threads, malloc): a 1200 MiB heap peaked at 1.7 GiB over silver and rollups of
+#: 10M bronze rows (bench/cloud/README.md). The jobs keep their big frames on disk
+#: (``silver.CACHE_LEVEL``), so the heap need not grow with the data. The parallel
+#: collector's own tables are a few MiB where G1's took ~100 MiB at this heap size, and a
+#: batch job has no use for G1's short pauses. ``docs/cloud.md``, "Memory", says how to
+#: give more.
+LOCAL_JVM_CONF: dict[str, str] = {
+    "spark.driver.memory": "1200m",
+    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+}
+
+#: Environment of a locally launched JVM: glibc otherwise gives each of the JVM's many
+#: threads its own malloc arena, which adds resident memory outside the heap.
+LOCAL_JVM_ENV: dict[str, str] = {"MALLOC_ARENA_MAX": "2"}
+
+#: Environment variables through which a user sets the same thing as a key
+_ENV_FOR_KEY = {"spark.driver.memory": "SPARK_DRIVER_MEMORY"}
+
+
+def spark_defaults_keys() -> set[str]:
+    """Keys set in the ``spark-defaults.conf`` that a locally launched spark-submit reads."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or str(
+        Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "conf"
+    )
+    try:
+        lines = (Path(conf_dir) / "spark-defaults.conf").read_text().splitlines()
+    except OSError:
+        return set()
+    return {line.split()[0] for line in lines if line.strip() and not line.startswith("#")}
+
+
+def local_jvm_settings(
+    master: str | None, conf: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The :data:`LOCAL_JVM_CONF` keys and :data:`LOCAL_JVM_ENV` variables to add.
+
+    Empty unless this process is about to launch a local-mode JVM (not under spark-submit,
+    no session running yet, master ``local…``). A key the user set (``conf``,
+    ``spark-defaults.conf`` or its environment variable) and a variable already in the
+    environment are not returned: the user's choice stands.
+    """
+    effective_master = master or conf.get("spark.master") or "local[*]"
+    # a running SparkContext means the JVM exists already (private attribute, no public probe)
+    launching = SparkContext._active_spark_context is None
+    if under_spark_submit() or not launching or not effective_master.startswith("local"):
+        return {}, {}
+    user_keys = set(conf) | spark_defaults_keys()
+    settings = {
+        key: value
+        for key, value in LOCAL_JVM_CONF.items()
+        if key not in user_keys and _ENV_FOR_KEY.get(key, "") not in os.environ
+    }
+    env = {name: value for name, value in LOCAL_JVM_ENV.items() if name not in os.environ}
+    return settings, env
 
 
 def under_spark_submit() -> bool:
@@ -65,7 +130,9 @@ def get_spark(
     """
     check_spark_version(pyspark.__version__)
     builder = SparkSession.builder.appName(app_name)
-    settings = {**DEFAULT_CONF, **(conf or {})}
+    local_conf, local_env = local_jvm_settings(master, conf or {})
+    settings = {**DEFAULT_CONF, **local_conf, **(conf or {})}
+    os.environ.update(local_env)  # the JVM inherits this process's environment
     if master is not None:
         builder = builder.master(master)
     elif not under_spark_submit() and "spark.master" not in settings:

@@ -17,12 +17,13 @@ How this works (extract → transform → load):
    reason, never silently dropped) and :func:`messages` (one row per distinct id, good or
    quarantined: the ledger that the ``quality`` job checks for missing sequence numbers).
    A point is *late* when it was landed more than ``late_after_ms`` after its event time.
-5. **Load**: the parsed frame is persisted once. A full run replaces every table (Parquet,
-   partitioned by event date; quarantine: by ingest date). An incremental run appends the
-   rows of new ids and merges (:mod:`cloud_spark.jobs.silver_merge`) only the partitions
-   holding an id that silver already had, with dynamic partition overwrite; late records
-   land in their own event date. The manifest is committed last, so a run that dies is
-   redone, and the pending mark makes the redo merge instead of append.
+5. **Load**: the parsed frame is persisted once, on disk (:data:`CACHE_LEVEL`). A full run
+   replaces every table (Parquet, partitioned by event date; quarantine: by ingest date).
+   An incremental run appends the rows of new ids and merges
+   (:mod:`cloud_spark.jobs.silver_merge`) only the partitions holding an id that silver
+   already had, with dynamic partition overwrite; late records land in their own event
+   date. The manifest is committed last, so a run that dies is redone, and the pending mark
+   makes the redo merge instead of append.
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ from cloud_spark.jobs import silver_merge as sm
 from cloud_spark.jobs import silver_parse as sp
 
 ID = sm.ID
+
+#: How silver keeps the frames it reads more than once (the parsed frame: by six writes and
+#: the counts). On disk, not in the heap: PySpark's ``MEMORY_AND_DISK`` is the *serialized*
+#: level, and a serialized block that had gone to disk is read back whole into one heap
+#: buffer to be cached again, which ran a 1.2 GiB heap out of memory at 2M rows. Blocks on
+#: disk are streamed, and the operating system's page cache, outside the JVM, keeps them
+#: warm; the heap can stay small (:data:`cloud_spark.spark.LOCAL_JVM_CONF`).
+CACHE_LEVEL = StorageLevel.DISK_ONLY
 
 
 @dataclass(frozen=True)
@@ -288,16 +297,14 @@ def _load_incremental(
     old_ledger = tables.read_table(spark, out, "messages").where(
         F.col("event_date").isin(ledger_dates)
     )
-    resolution = sm.resolve(old_ledger, new_ledger).persist(StorageLevel.MEMORY_AND_DISK)
+    resolution = sm.resolve(old_ledger, new_ledger).persist(CACHE_LEVEL)
     resolution.count()  # materialized now: the ledger it reads is rewritten below
     seen = F.broadcast(resolution.select(*ID))
     touched: set[Any] = set()
     try:
         for name, frame in frames.items():
             column = tables.TABLES[name].partition_by[0]
-            new = tables.conform(frame, tables.TABLES[name].schema).persist(
-                StorageLevel.MEMORY_AND_DISK
-            )
+            new = tables.conform(frame, tables.TABLES[name].schema).persist(CACHE_LEVEL)
             dates = set(_partitions(new, column))
             if name != "quarantine":
                 touched |= dates
@@ -344,7 +351,7 @@ def process(
     readable = [f.rel for f in todo if reasons.get(f.rel) not in unread]
     run_id = bf.new_run_id()
     parsed = parse(tables.read_bronze(spark, root, readable), params)
-    parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = parsed.persist(CACHE_LEVEL)
     try:
         frames = _split(parsed, params)
         if full:
