@@ -207,7 +207,7 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         "[--gap-factor F]",
         "python -m cloud_spark quality      --out PATH [--range POINT=MIN:MAX …] "
         "[--stuck-after-s S]",
-        "python -m cloud_spark health       --out PATH [--window-s S]",
+        "python -m cloud_spark health       --out PATH [--window-s S] [--full]",
         "python -m cloud_spark report       --out PATH [--json FILE]",
         "python -m cloud_spark all          --root PATH --out PATH [--prefix P] "
         "[--uplink-topic T] [--full]",
