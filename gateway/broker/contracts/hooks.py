@@ -168,7 +168,7 @@ class HookChain(BrokerHooks):
     The members are fixed at construction. For a per-message event that at most one member
     implements, the chain's method is that member's own bound method (or the default), so
     the broker calls it directly instead of looping over members that do nothing: the
-    in-process cost of a retained or QoS 1 publish dropped by about a tenth.
+    in-process cost of a retained publish dropped by a fifth, of a QoS 1 one by a ninth.
     """
 
     def __init__(self, hooks: list[BrokerHooks]) -> None:

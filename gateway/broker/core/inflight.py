@@ -142,7 +142,7 @@ class Outbound:
         if (queue is not None and loader is None and not self.spilled
                 and len(queue) < self.max_messages
                 and self._queued_bytes + self.spilled_bytes + size <= self.max_bytes
-                and (budget is None or budget.used + size <= budget.limit)):
+                and (budget is None or not budget.full(size))):
             # the common case (a queue in memory, within every limit), once per message
             queue.append(delivery)
             self._queued_bytes += size
@@ -217,10 +217,7 @@ class Outbound:
         if not self._queue:
             return None
         delivery = self._queue.popleft()
-        size = delivery.message.queued_cost
-        self._queued_bytes -= size
-        if self.budget is not None:
-            self.budget.used -= size
+        self.queued_bytes -= delivery.message.queued_cost
         return delivery
 
     def allocate_id(self) -> int:

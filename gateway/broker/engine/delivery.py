@@ -237,7 +237,7 @@ class Dispatcher:
         window = self.window(conn)
         inflight = outbound.inflight
         backlog = conn.sink.backlog
-        check_read = self.check_read and conn.info is not None
+        reader = conn.info if self.check_read else None  # READ access checked per message
         while True:
             queue = outbound.queue
             if not queue:
@@ -248,9 +248,7 @@ class Dispatcher:
                     return
                 continue
             head = queue[0]
-            expires_at = head.message.expires_at
-            if expires_at is not None and now >= expires_at and not head.packet_id:
-                # expired, and its delivery had not started
+            if head.message.expired(now) and not head.packet_id:  # not once delivery started
                 outbound.pop()
                 self.counters.expired += 1
                 if head.qos > 0 and session.persistent:
@@ -261,8 +259,8 @@ class Dispatcher:
             if backlog() >= HIGH_WATER:
                 return
             outbound.pop()
-            if check_read and conn.info is not None and not self.hooks.check_acl(
-                conn.info, head.message.topic, Access.READ
+            if reader is not None and not self.hooks.check_acl(
+                reader, head.message.topic, Access.READ
             ):
                 self.counters.denied += 1
                 if head.qos > 0 and session.persistent:
