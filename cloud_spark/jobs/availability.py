@@ -132,7 +132,7 @@ def gateway_outages(
     """Gateway outages: first ``offline`` to next ``online``, cut at the horizon.
 
     With the uplink's diagnostics (``uplink``), an ``offline`` the gateway outlived does not
-    count: it reported diagnostics before its next status, or its last report (within
+    count: it reported diagnostics before its next ``online``, or its last report (within
     ``alive_window_ms`` before) said ``connected = false`` (the cloud broker published its
     will because the link broke or the broker stopped; that is a link outage).
     """
@@ -164,9 +164,15 @@ def _outlived(
 ) -> DataFrame:
     """The ``offline`` events (``gateway, event_ms, _tie``) the gateway's reports show it
     outlived (see :func:`gateway_outages`)."""
-    order = Window.partitionBy("gateway").orderBy("event_ms", "_tie")
+    # until the next online, not the next event: that may be another copy of the same will
+    later = (
+        Window.partitionBy("gateway")
+        .orderBy("event_ms", "_tie")
+        .rowsBetween(1, Window.unboundedFollowing)
+    )
+    next_online = F.min(F.when(F.col("status") == c.STATUS_ONLINE, F.col("event_ms")))
     offline = (
-        events.withColumn("_next", F.lead("event_ms").over(order))
+        events.withColumn("_next", next_online.over(later))
         .where(F.col("status") == c.STATUS_OFFLINE)
         .crossJoin(horizon_df)
         .withColumn("_until", F.coalesce(F.col("_next"), F.col("horizon_ms")))

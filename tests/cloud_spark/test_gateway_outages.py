@@ -208,3 +208,28 @@ def test_an_offline_the_gateway_outlived_is_a_link_outage_not_a_gateway_outage(
     before = diagnostics.where(f"event_ms < {T0 + 120 * S}")
     assert gateway_outages(early, edge, before).count() == 0
     assert gateway_outages(early, edge).count() == 1
+
+
+def test_late_copies_of_a_will_the_gateway_outlived_are_not_an_outage(
+    spark: SparkSession,
+) -> None:
+    """The gateway is killed at 100 s and back at 130 s; a lander draining its backlog lands two
+    more copies of the will at 131.0 and 131.002 s, after the new online (as in the demo). The
+    gateway reported from 135 s on: only the kill is an outage, not the copies."""
+    pts = reports(spark, {"m1": list(range(0, 300, 10))})
+    sts = statuses(spark, [(1.0, None, "online"), (100.5, None, "offline"),
+                           (130.0, None, "online"), (131.0, None, "offline"),
+                           (131.002, None, "offline")])  # fmt: skip
+    diagnostics = table(
+        spark,
+        "UPLINK_DIAGNOSTICS",
+        [
+            {"seq": 1000 + s, "event_ms": T0 + s * S, "connected": True}
+            for s in range(0, 300, 5)
+            if not 100 <= s < 135
+        ],
+    )
+    assertDataFrameEqual(
+        gateway_outages(sts, horizon(pts, sts), diagnostics),
+        [Row(gateway="gw-1", start_ms=T0 + 100_500, end_ms=T0 + 130 * S, open=False)],
+    )

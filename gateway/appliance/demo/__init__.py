@@ -171,6 +171,8 @@ def gateway_config(ports: Ports, tty: Path | None, bridge: bool = True) -> str:
 CLOUD_CONFIG = """\
 gateway_id = "demo-cloud"
 [limits]
+# the lander's Receive Maximum: it acks a file at a time, so a smaller window stalls it
+max_inflight = 1000
 max_queued_messages = 10000000
 max_queued_bytes = 4294967296
 [storage]
