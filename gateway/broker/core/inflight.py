@@ -22,7 +22,8 @@ the session's overflow policy applies (its oldest queued messages go, or the new
 
 Memory: an idle client's session is mostly an empty `Outbound`, so the queue (a deque costs
 about 760 bytes even when empty) is only allocated when the first delivery is queued; until then
-`queue` reads as an empty tuple.
+`queue` reads as an empty tuple. The in-flight dict is shared until the first delivery, and the
+bounds are one `QueueLimits` shared by every session created under the same configuration.
 
 Pure and synchronous.
 """
@@ -68,36 +69,41 @@ class QueueBudget:
         return self.used + more > self.limit
 
 
+#: the in-flight window of every session with nothing in flight: shared and never written (an
+#: empty dict costs 64 bytes per idle client); `Outbound.start` gives a session its own
+_NOTHING_IN_FLIGHT: dict[int, Delivery] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """The bounds of a session's queue (shared by the sessions of one configuration)."""
+
+    max_messages: int
+    max_bytes: int
+    drop_oldest: bool
+    page: int = 1000  # queued deliveries kept in memory while the rest is spilled
+    budget: QueueBudget | None = None  # bytes in memory, all sessions
+
+    def grown_to(self, max_messages: int, max_bytes: int, drop_oldest: bool) -> QueueLimits:
+        """The bounds after a reload: a queue only grows (nothing queued is dropped)."""
+        return QueueLimits(
+            max(self.max_messages, max_messages), max(self.max_bytes, max_bytes), drop_oldest,
+            self.page, self.budget,
+        )
+
+
 class Outbound:
     """In-flight window and queue of one session."""
 
-    __slots__ = (
-        "_next_id",
-        "_queue",
-        "_queued_bytes",
-        "budget",
-        "drop_oldest",
-        "inflight",
-        "last_seq",
-        "max_bytes",
-        "max_messages",
-        "page",
-        "spilled",
-        "spilled_bytes",
-    )
+    __slots__ = ("_next_id", "_queue", "_queued_bytes", "inflight", "last_seq", "limits",
+                 "spilled", "spilled_bytes")
 
-    def __init__(
-        self, max_messages: int, max_bytes: int, drop_oldest: bool, page: int = 1000,
-        budget: QueueBudget | None = None,
-    ) -> None:
-        self.inflight: dict[int, Delivery] = {}
+    def __init__(self, limits: QueueLimits) -> None:
+        # read freely; add only through `start` (the empty one is shared)
+        self.inflight: dict[int, Delivery] = _NOTHING_IN_FLIGHT
         self._queue: deque[Delivery] | None = None  # allocated by the first queued delivery
-        self.budget = budget
+        self.limits = limits
         self._queued_bytes = 0
-        self.max_messages = max_messages
-        self.max_bytes = max_bytes
-        self.drop_oldest = drop_oldest
-        self.page = page
         self.spilled = 0
         self.spilled_bytes = 0
         self.last_seq = 0  # highest store_seq that has been in memory
@@ -124,8 +130,9 @@ class Outbound:
 
     @queued_bytes.setter
     def queued_bytes(self, value: int) -> None:
-        if self.budget is not None:
-            self.budget.used += value - self._queued_bytes
+        budget = self.limits.budget
+        if budget is not None:
+            budget.used += value - self._queued_bytes
         self._queued_bytes = value
 
     def enqueue(
@@ -138,10 +145,11 @@ class Outbound:
         """
         size = delivery.message.queued_cost
         queue = self._queue
-        budget = self.budget
+        limits = self.limits
+        budget = limits.budget
         if (queue is not None and loader is None and not self.spilled
-                and len(queue) < self.max_messages
-                and self._queued_bytes + self.spilled_bytes + size <= self.max_bytes
+                and len(queue) < limits.max_messages
+                and self._queued_bytes + self.spilled_bytes + size <= limits.max_bytes
                 and (budget is None or not budget.full(size))):
             # the common case (a queue in memory, within every limit), once per message
             queue.append(delivery)
@@ -150,14 +158,14 @@ class Outbound:
                 budget.used += size
             self.last_seq = max(self.last_seq, delivery.store_seq)
             return []
-        if size > self.max_bytes or (self.spilled and not delivery.store_seq):
+        if size > limits.max_bytes or (self.spilled and not delivery.store_seq):
             return [delivery]
         dropped: list[Delivery] = []
         while (
-            len(self.queue) + self.spilled >= self.max_messages
-            or self.queued_bytes + self.spilled_bytes + size > self.max_bytes
+            len(self.queue) + self.spilled >= limits.max_messages
+            or self.queued_bytes + self.spilled_bytes + size > limits.max_bytes
         ):
-            if not self.drop_oldest:
+            if not limits.drop_oldest:
                 return [delivery]
             if not self.queue and loader is not None:
                 self.refill(loader)
@@ -167,7 +175,7 @@ class Outbound:
             self.queued_bytes -= oldest.message.queued_cost
             dropped.append(oldest)
         if loader is not None and delivery.store_seq and (
-            self.spilled or len(self.queue) >= self.page
+            self.spilled or len(self.queue) >= limits.page
             or (budget is not None and budget.full(size))
         ):
             self.spilled += 1
@@ -175,7 +183,7 @@ class Outbound:
             return dropped
         if budget is not None and budget.full(size):
             # the process-wide budget: this session's overflow policy, on its own queue
-            while self.drop_oldest and self.queue and budget.full(size):
+            while limits.drop_oldest and self.queue and budget.full(size):
                 oldest = self._allocated().popleft()
                 self.queued_bytes -= oldest.message.queued_cost
                 dropped.append(oldest)
@@ -190,7 +198,7 @@ class Outbound:
         """Pull the next page of spilled deliveries into memory (queue must be empty)."""
         if self.queue or not self.spilled:
             return
-        page = loader(self.last_seq, self.page)
+        page = loader(self.last_seq, self.limits.page)
         if not page:
             self.spilled = self.spilled_bytes = 0  # the store has nothing more
             return
@@ -231,9 +239,12 @@ class Outbound:
         return candidate
 
     def start(self, delivery: Delivery) -> int:
-        """Move a QoS 1/2 delivery into the window; returns its packet identifier."""
+        """Move a QoS 1/2 delivery into the window (under its packet identifier if it has
+        one, else a new one); returns the packet identifier."""
         if not delivery.packet_id:
             delivery.packet_id = self.allocate_id()
+        if self.inflight is _NOTHING_IN_FLIGHT:
+            self.inflight = {}
         self.inflight[delivery.packet_id] = delivery
         return delivery.packet_id
 

@@ -25,16 +25,49 @@ from gateway.broker.core.router import SubOptions
 
 NEVER_EXPIRES = 0xFFFFFFFF
 
+#: the subscriptions of every session that has none: shared and never written (an empty dict
+#: costs 64 bytes per idle client); `Session.subscribe` gives a session its own
+_NO_SUBSCRIPTIONS: dict[str, SubOptions] = {}
+
+
+class ClientInfo(Protocol):
+    """Who is asking: what hooks see of a client. A live client is its `Connection` (no copy
+    per connection: idle clients are the broker's largest population); `ClientIdentity` stands
+    for one that has no connection (an in-process link, a will outliving its connection)."""
+
+    @property
+    def client_id(self) -> str: ...
+
+    @property
+    def username(self) -> str | None: ...
+
+    @property
+    def listener(self) -> str:
+        """The listener's label (`internal` labels: see `hooks.INTERNAL_LISTENERS`)."""
+
+    @property
+    def peer(self) -> str:
+        """``host:port`` of the client (or a word for in-process clients)."""
+
+    @property
+    def anonymous_allowed(self) -> bool: ...
+
 
 @dataclass(frozen=True, slots=True)
-class ClientInfo:
-    """Who is asking."""
+class ClientIdentity:
+    """A `ClientInfo` that is a value: kept after the connection is gone, or made without one."""
 
     client_id: str
     username: str | None
     listener: str
     peer: str
     anonymous_allowed: bool = True
+
+    @classmethod
+    def of(cls, client: ClientInfo) -> ClientIdentity:
+        """A copy that does not keep the connection (and its transport) alive."""
+        return cls(client.client_id, client.username, client.listener, client.peer,
+                   client.anonymous_allowed)
 
 
 class Sink(Protocol):
@@ -65,13 +98,14 @@ class MessageReceiver(Protocol):
 
 @dataclass(slots=True, eq=False)
 class Connection:
-    """One live network (or in-process) connection."""
+    """One live network (or in-process) connection; after its CONNECT, also the `ClientInfo`
+    hooks are given (`client_id`, `username`, `listener`, `peer`, `anonymous_allowed`)."""
 
     sink: Sink
     listener: str
     peer: str
     anonymous_allowed: bool
-    opened_at: float
+    opened_at: float  # the socket opened (connect timeout); from its CONNECT on, that time
     last_seen: float
     version: int = 0  # 0 until CONNECT
     client_id: str = ""
@@ -94,7 +128,6 @@ class Connection:
     paused: bool = False
     paused_since: float = 0.0
     closed: bool = False
-    info: ClientInfo | None = None
     receiver: MessageReceiver | None = None  # in-process links get messages, not bytes
     will_suppressed: bool = False  # normal DISCONNECT (reason 0x00)
     sent_disconnect: bool = False
@@ -112,7 +145,8 @@ class Session:
     protocol_level: int
     outbound: Outbound
     expiry_interval: int = 0
-    subscriptions: dict[str, SubOptions] = field(default_factory=dict)
+    # read freely; add only through `subscribe` (the empty one is shared)
+    subscriptions: dict[str, SubOptions] = field(default_factory=lambda: _NO_SUBSCRIPTIONS)
     # incoming QoS 2 ids; the shared empty frozenset until the first (an empty set costs 216 B)
     awaiting_release: set[int] | frozenset[int] = frozenset()
     will: Will | None = None
@@ -133,6 +167,12 @@ class Session:
     def persistent(self) -> bool:
         """Outlives its connection (v5 expiry > 0 or a 3.1.x clean-session=0 session)."""
         return self.expiry_interval > 0
+
+    def subscribe(self, topic_filter: str, options: SubOptions) -> None:
+        """Remember a subscription (replacing one with the same filter)."""
+        if self.subscriptions is _NO_SUBSCRIPTIONS:
+            self.subscriptions = {}
+        self.subscriptions[topic_filter] = options
 
     def await_release(self, packet_id: int) -> None:
         """An incoming QoS 2 publish was taken: its packet id waits for PUBREL."""

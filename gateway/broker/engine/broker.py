@@ -57,12 +57,12 @@ from gateway.broker.contracts.hooks import (
     RestoredState,
     SessionRecord,
 )
-from gateway.broker.core.inflight import Outbound, QueueBudget
+from gateway.broker.core.inflight import Outbound, QueueBudget, QueueLimits
 from gateway.broker.core.log_sampling import SourceCounts, clip, worth_logging
 from gateway.broker.core.message import Message
 from gateway.broker.core.retained import RetainedStore
 from gateway.broker.core.router import SubscriptionTable
-from gateway.broker.core.session import ClientInfo, Connection, Session, Sink
+from gateway.broker.core.session import ClientIdentity, ClientInfo, Connection, Session, Sink
 from gateway.broker.engine import handle_connect, handle_publish, handle_subscribe
 from gateway.broker.engine.delivery import Dispatcher
 from gateway.broker.engine.refusals import topic_over_limits, topic_size
@@ -105,6 +105,7 @@ class Broker:
         self.refusals_by_source = SourceCounts()
         self.queue_budget = QueueBudget(
             self.limits.max_queued_total_bytes or default_queue_budget())
+        self.queue_limits = self._queue_limits()
 
     def apply_config(self, config: BrokerConfig) -> None:
         """Take a reloaded configuration's `[limits]` and `[sys]` while clients stay connected.
@@ -127,11 +128,15 @@ class Broker:
         self.limits = limits
         self.dispatch.limits = limits
         drop_oldest = limits.queue_overflow == "drop-oldest"
+        grown: dict[QueueLimits, QueueLimits] = {}  # sessions share their bounds: so do these
         for session in self.sessions.values():
             outbound = session.outbound
-            outbound.max_messages = max(outbound.max_messages, limits.max_queued_messages)
-            outbound.max_bytes = max(outbound.max_bytes, limits.max_queued_bytes)
-            outbound.drop_oldest = drop_oldest
+            old = outbound.limits
+            if old not in grown:
+                grown[old] = old.grown_to(
+                    limits.max_queued_messages, limits.max_queued_bytes, drop_oldest)
+            outbound.limits = grown[old]
+        self.queue_limits = self._queue_limits()
         publisher = self.sys
         if publisher.interval != config.sys.interval:
             publisher.interval = config.sys.interval
@@ -159,7 +164,7 @@ class Broker:
             for delivery in restored.deliveries:
                 if delivery.packet_id:
                     delivery.sent = True  # resent with DUP on reconnect
-                    outbound.inflight[delivery.packet_id] = delivery
+                    outbound.start(delivery)  # keeps its packet identifier
                 else:
                     outbound.restore_queued(delivery)
                 outbound.last_seq = max(outbound.last_seq, delivery.store_seq)
@@ -168,7 +173,7 @@ class Broker:
             self.sessions[record.client_id] = session
             if record.will is not None:
                 # The connection ended with the old process, without a DISCONNECT.
-                info = ClientInfo(record.client_id, None, "restored", "restored")
+                info = ClientIdentity(record.client_id, None, "restored", "restored")
                 self.pending_wills[record.client_id] = _PendingWill(
                     now + min(record.will_delay, record.expiry_interval), record.will, info
                 )
@@ -180,12 +185,16 @@ class Broker:
                 len(state.sessions), len(state.retained),
             )
 
-    def new_outbound(self) -> Outbound:
+    def _queue_limits(self) -> QueueLimits:
         limits = self.limits
-        return Outbound(
+        return QueueLimits(
             limits.max_queued_messages, limits.max_queued_bytes,
             limits.queue_overflow == "drop-oldest", self.queue_page, self.queue_budget,
         )
+
+    def new_outbound(self) -> Outbound:
+        """The queue of a new session, bounded by the current configuration."""
+        return Outbound(self.queue_limits)
 
     # -- connections -------------------------------------------------------------------
 
@@ -357,13 +366,13 @@ class Broker:
 
     def _schedule_will(self, session: Session, conn: Connection, now: float) -> None:
         will = session.will
-        assert will is not None and conn.info is not None
+        assert will is not None
         delay = will.properties.will_delay_interval or 0
         if delay == 0 or session.expiry_interval == 0:
-            self._publish_will(will, conn.info, now)
+            self._publish_will(will, conn, now)
         else:
             self.pending_wills[session.client_id] = _PendingWill(
-                now + min(delay, session.expiry_interval), will, conn.info
+                now + min(delay, session.expiry_interval), will, ClientIdentity.of(conn)
             )
 
     def topic_over_limits(self, topic: str, info: ClientInfo, what: str) -> bool:

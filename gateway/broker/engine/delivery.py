@@ -138,9 +138,9 @@ class Dispatcher:
         if not self.check_read:
             return True
         conn = session.connection
-        if conn is None or conn.info is None:
+        if conn is None:
             return True  # offline: checked again when the queued message is sent
-        if self.hooks.check_acl(conn.info, topic, Access.READ):
+        if self.hooks.check_acl(conn, topic, Access.READ):
             return True
         self.counters.denied += 1
         return False
@@ -235,9 +235,8 @@ class Dispatcher:
             return
         outbound = session.outbound
         window = self.window(conn)
-        inflight = outbound.inflight
         backlog = conn.sink.backlog
-        reader = conn.info if self.check_read else None  # READ access checked per message
+        reader = conn if self.check_read else None  # READ access checked per message
         while True:
             queue = outbound.queue
             if not queue:
@@ -254,7 +253,7 @@ class Dispatcher:
                 if head.qos > 0 and session.persistent:
                     self.hooks.qos_completed(session.client_id, head)
                 continue
-            if head.qos > 0 and len(inflight) >= window:
+            if head.qos > 0 and len(outbound.inflight) >= window:
                 return
             if backlog() >= HIGH_WATER:
                 return
@@ -312,7 +311,7 @@ class Dispatcher:
                 # broker must resend under the same id, so the id is stored before it is sent.
                 gated = delivery.qos == 2 and self.hooks.durable
         elif delivery.qos > 0 and session is not None:
-            session.outbound.inflight[delivery.packet_id] = delivery
+            session.outbound.start(delivery)  # keeps its packet identifier
         new_alias = False
         if conn.client_topic_alias_maximum and conn.is_v5:
             new_alias = conn.aliases_out is None or message.topic not in conn.aliases_out

@@ -26,7 +26,7 @@ from gateway.broker.codec.reason_codes import ReasonCode, v3_connack_code
 from gateway.broker.contracts.auth import source_of
 from gateway.broker.contracts.hooks import INTERNAL_LISTENERS, Access
 from gateway.broker.core.log_sampling import clip, worth_logging
-from gateway.broker.core.session import NEVER_EXPIRES, ClientInfo, Connection
+from gateway.broker.core.session import NEVER_EXPIRES, Connection
 from gateway.broker.engine.broker_api import BrokerApi
 from gateway.broker.engine.refusals import connect_refusal, keep_alive_over_limit
 
@@ -36,14 +36,15 @@ log = logging.getLogger("outpost.broker")
 def on_connect(broker: BrokerApi, conn: Connection, packet: Connect, now: float) -> None:
     """Handle CONNECT: refuse, or take over / resume the session and answer CONNACK."""
     conn.version = packet.protocol_level
+    # connected since the CONNECT (was: since the socket opened; the connect timeout is over):
+    # the same float object as `last_seen`, so an idle client keeps one time, not two
+    conn.opened_at = now
     client_id = packet.client_id
     assigned: str | None = None
     if not client_id and packet.protocol_level != MQTT_3_1 and (conn.is_v5 or packet.clean_start):
         client_id = assigned = "auto-" + uuid.uuid4().hex
     conn.client_id = client_id
     conn.username = packet.username
-    conn.info = ClientInfo(client_id, packet.username, conn.listener, conn.peer,
-                           conn.anonymous_allowed)
     holder = broker.sessions.get(client_id)
     held_by_link = (holder is not None and holder.connection is not None
                     and holder.connection.listener in INTERNAL_LISTENERS)
@@ -63,16 +64,15 @@ def on_connect(broker: BrokerApi, conn: Connection, packet: Connect, now: float)
 
 def _hooks_refusal(broker: BrokerApi, conn: Connection, packet: Connect) -> int | None:
     """What the hooks refuse a CONNECT for: its credentials, or a will it may not publish."""
-    assert conn.info is not None
-    reason = broker.hooks.authenticate(conn.info, packet.password)
+    reason = broker.hooks.authenticate(conn, packet.password)
     if reason != ReasonCode.SUCCESS:
         return reason
     will = packet.will
     if will is None:
         return None
-    if broker.topic_over_limits(will.topic, conn.info, "will"):
+    if broker.topic_over_limits(will.topic, conn, "will"):
         return ReasonCode.TOPIC_NAME_INVALID
-    if not broker.hooks.check_acl(conn.info, will.topic, Access.WRITE):
+    if not broker.hooks.check_acl(conn, will.topic, Access.WRITE):
         # A will the client may not publish refuses the connection: the client learns it now,
         # and the will is never stored (nor published after a restart as "restored").
         broker.count_denied()

@@ -37,11 +37,11 @@ def on_publish(broker: BrokerApi, conn: Connection, packet: Publish, now: float,
                ) -> None:
     """Handle a PUBLISH from a client: refuse it, answer a resend, or accept it."""
     session = conn.session
-    assert session is not None and conn.info is not None
+    assert session is not None
     topic = publish_topic(packet, conn.aliases_in)
     refusal = publish_refusal(packet, topic, conn.is_v5, session.awaiting_release,
                               conn.incoming_inflight, broker.limits,
-                              conn.info.listener in INTERNAL_LISTENERS)
+                              conn.listener in INTERNAL_LISTENERS)
     if refusal is not None and refusal.disconnect:
         broker.protocol_error(conn, refusal.reason, refusal.why)
         return
@@ -55,7 +55,7 @@ def on_publish(broker: BrokerApi, conn: Connection, packet: Publish, now: float,
     assert topic is not None
     if refusal is not None:
         if refusal.reason == ReasonCode.TOPIC_NAME_INVALID:
-            broker.topic_refused(topic, conn.info, "PUBLISH")
+            broker.topic_refused(topic, conn, "PUBLISH")
         elif refusal.reason == ReasonCode.NOT_AUTHORIZED:
             broker.count_denied()
         refuse_publish(broker, conn, packet, refusal.reason)
@@ -64,7 +64,7 @@ def on_publish(broker: BrokerApi, conn: Connection, packet: Publish, now: float,
         # A resend of a QoS 2 message not yet released: answered again, not delivered again.
         conn.sink.write(encode(PubRec(packet.packet_id or 0), conn.version))
         return
-    if not broker.hooks.check_acl(conn.info, topic, Access.WRITE):
+    if not broker.hooks.check_acl(conn, topic, Access.WRITE):
         broker.count_denied()
         refuse_publish(broker, conn, packet, ReasonCode.NOT_AUTHORIZED)
         return
@@ -75,7 +75,7 @@ def accept(broker: BrokerApi, conn: Connection, packet: Publish, topic: str, now
            raw: bytes) -> None:
     """Route an accepted PUBLISH and acknowledge it (once stored, when the hooks are durable)."""
     session = conn.session
-    assert session is not None and conn.info is not None
+    assert session is not None
     props = packet.properties
     qos = packet.qos
     if qos == 1:  # in flight until its PUBACK leaves the process (receive maximum)
@@ -97,7 +97,7 @@ def accept(broker: BrokerApi, conn: Connection, packet: Publish, topic: str, now
         broker.retained_full(message)
         refuse_publish(broker, conn, packet, ReasonCode.QUOTA_EXCEEDED)
         return
-    broker.publish(message, now, conn.info)
+    broker.publish(message, now, conn)
     if broker.dispatch.flow.congested:
         broker.dispatch.flow.pause(conn, now)
     if not qos:

@@ -27,16 +27,16 @@ from gateway.broker.engine.broker_api import BrokerApi
 def on_subscribe(broker: BrokerApi, conn: Connection, packet: Subscribe, now: float) -> None:
     """Handle SUBSCRIBE: ACL, table, SUBACK, then retained messages."""
     session = conn.session
-    assert session is not None and conn.info is not None
+    assert session is not None
     sub_id = packet.properties.subscription_identifiers
     subscription_id = sub_id[0] if sub_id else None
     codes: list[int] = []
     retained_work: list[tuple[str, int, SubOptions]] = []
     for sub in packet.subscriptions:
-        if broker.topic_over_limits(sub.topic_filter, conn.info, "SUBSCRIBE"):
+        if broker.topic_over_limits(sub.topic_filter, conn, "SUBSCRIBE"):
             codes.append(ReasonCode.TOPIC_FILTER_INVALID if conn.is_v5 else SUBACK_FAILURE_V3)
             continue
-        if not broker.hooks.check_acl(conn.info, sub.topic_filter, Access.SUBSCRIBE):
+        if not broker.hooks.check_acl(conn, sub.topic_filter, Access.SUBSCRIBE):
             broker.count_denied()
             codes.append(ReasonCode.NOT_AUTHORIZED if conn.is_v5 else SUBACK_FAILURE_V3)
             continue
@@ -51,7 +51,7 @@ def on_subscribe(broker: BrokerApi, conn: Connection, packet: Subscribe, now: fl
             subscription_id,
         )
         existed = broker.table.subscribe(session.client_id, actual, options, group)
-        session.subscriptions[sub.topic_filter] = options
+        session.subscribe(sub.topic_filter, options)
         codes.append(sub.qos)
         if group is None and (
             sub.retain_handling == 0 or (sub.retain_handling == 1 and not existed)
@@ -75,11 +75,11 @@ def send_retained(
 ) -> None:
     """Deliver the retained messages matching a new subscription."""
     conn = session.connection
-    assert conn is not None and conn.info is not None
+    assert conn is not None
     sub_ids = (options.subscription_id,) if options.subscription_id else ()
     for message in broker.retained.match(topic_filter, now):
         if broker.dispatch.check_read and not broker.hooks.check_acl(
-            conn.info, message.topic, Access.READ
+            conn, message.topic, Access.READ
         ):
             continue
         broker.dispatch.deliver(

@@ -20,7 +20,7 @@ from gateway.broker.codec.packets import (
     Unsubscribe,
 )
 from gateway.broker.core.message import Message
-from gateway.broker.core.session import ClientInfo, Connection
+from gateway.broker.core.session import Connection
 from gateway.broker.engine.broker import Broker
 
 MessageHandler = Callable[[Message, int, bool], None]
@@ -68,7 +68,6 @@ class Link:
                                          properties=props), now)
         if self.conn.closed:
             raise RuntimeError(f"the broker refused link {client_id!r}")
-        self.info = self.conn.info or ClientInfo(client_id, None, "link", "in-process")
         self._packet_id = 0
 
     def receive(self, message: Message, qos: int, retain: bool) -> None:
@@ -91,7 +90,7 @@ class Link:
             topic, payload, qos, retain, properties,
             None if expiry is None else now + expiry, self.client_id,
         )
-        return self.broker.publish(message, now, self.info)
+        return self.broker.publish(message, now, self.conn)
 
     def subscribe(self, topic_filter: str, qos: int = 1, no_local: bool = True) -> None:
         """Subscribe (no_local by default: a link rarely wants its own messages back)."""

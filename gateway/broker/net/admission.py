@@ -45,7 +45,7 @@ from gateway.broker.contracts.auth import (
 )
 from gateway.broker.contracts.config import ListenerConfig
 from gateway.broker.core.log_sampling import clip, worth_logging
-from gateway.broker.core.session import ClientInfo, Connection
+from gateway.broker.core.session import ClientIdentity, Connection
 from gateway.broker.engine.broker import Broker
 
 log = logging.getLogger("outpost.listeners")
@@ -318,8 +318,8 @@ class Admission:
         if security is None:
             return
         conn = protocol.conn
-        info = ClientInfo(packet.client_id, packet.username, protocol.label, conn.peer,
-                          conn.anonymous_allowed)
+        info = ClientIdentity(packet.client_id, packet.username, protocol.label, conn.peer,
+                              conn.anonymous_allowed)
         if security.authenticate(info, packet.password) == ReasonCode.SUCCESS:
             return
         failures = self.throttle.failed(source, now)

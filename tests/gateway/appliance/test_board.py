@@ -224,8 +224,8 @@ def test_reload_rules(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     assert h.broker.limits.max_inflight == 8 and h.broker.dispatch.limits.max_inflight == 8
     # Queue bounds only grow for existing sessions: nothing queued is dropped by a reload.
     outbound = h.broker.sessions["keeper"].outbound
-    assert outbound.max_messages == 100
-    assert h.broker.new_outbound().max_messages == 50
+    assert outbound.limits.max_messages == 100
+    assert h.broker.new_outbound().limits.max_messages == 50
     assert len(calls["broker"]) == 1 and calls["bridge"] == [] and len(calls["always"]) == 1
     assert session_client.session is not None
     # Unchanged file: callbacks without sections still run (files they read may have changed).

@@ -17,7 +17,7 @@ from gateway.broker.contracts.auth import (
 )
 from gateway.broker.contracts.hooks import Access
 from gateway.broker.contracts.passwords import hash_password, parse_password_text
-from gateway.broker.core.session import ClientInfo
+from gateway.broker.core.session import ClientIdentity, ClientInfo
 from gateway.broker.engine.links import Link
 from tests.gateway.broker.core.fakes import Harness
 
@@ -34,7 +34,7 @@ def db(**users: str) -> PasswordDB:
 
 def info(listener: str = "lan", username: str | None = None, client_id: str = "c",
          anonymous: bool = False) -> ClientInfo:
-    return ClientInfo(client_id, username, listener, "10.0.0.9:5555", anonymous)
+    return ClientIdentity(client_id, username, listener, "10.0.0.9:5555", anonymous)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.base.memory import cgroup_memory_limit, ram_bytes
 from gateway.broker.contracts.config import BrokerConfig
-from gateway.broker.core.inflight import Delivery, Outbound, QueueBudget
+from gateway.broker.core.inflight import Delivery, Outbound, QueueBudget, QueueLimits
 from gateway.broker.core.message import QUEUED_OVERHEAD, Message
 from gateway.broker.engine.broker import Broker
 
@@ -23,8 +23,8 @@ COST = 1 + 4 + QUEUED_OVERHEAD  # topic "t" + 4 payload bytes + the objects
 
 def test_queues_share_one_budget_and_release_it() -> None:
     budget = QueueBudget(limit=5 * COST)
-    a = Outbound(1000, 1 << 30, drop_oldest=True, budget=budget)
-    b = Outbound(1000, 1 << 30, drop_oldest=True, budget=budget)
+    a = Outbound(QueueLimits(1000, 1 << 30, drop_oldest=True, budget=budget))
+    b = Outbound(QueueLimits(1000, 1 << 30, drop_oldest=True, budget=budget))
     for n in range(3):
         assert a.enqueue(delivery(n)) == []
     for n in range(2):
@@ -42,10 +42,10 @@ def test_queues_share_one_budget_and_release_it() -> None:
 
 def test_drop_newest_and_an_empty_queue_refuse_the_new_message() -> None:
     budget = QueueBudget(limit=2 * COST)
-    full = Outbound(1000, 1 << 30, drop_oldest=True, budget=budget)
+    full = Outbound(QueueLimits(1000, 1 << 30, drop_oldest=True, budget=budget))
     full.enqueue(delivery(1))
     full.enqueue(delivery(2))
-    newest = Outbound(1000, 1 << 30, drop_oldest=False, budget=budget)
+    newest = Outbound(QueueLimits(1000, 1 << 30, drop_oldest=False, budget=budget))
     new = delivery(3)
     assert newest.enqueue(new) == [new]  # nothing of its own to drop: the new one goes
     assert len(newest) == 0 and budget.used == 2 * COST
@@ -71,7 +71,7 @@ def test_a_reload_raises_the_budget_but_never_lowers_it(
 
 def test_stored_deliveries_spill_instead_of_taking_memory() -> None:
     budget = QueueBudget(limit=2 * COST)
-    queue = Outbound(1000, 1 << 30, drop_oldest=True, page=100, budget=budget)
+    queue = Outbound(QueueLimits(1000, 1 << 30, drop_oldest=True, page=100, budget=budget))
     loaded: list[tuple[int, int]] = []
 
     def loader(after: int, limit: int) -> list[Delivery]:
