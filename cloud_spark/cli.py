@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     rollups.add_argument(
         "--qualities", type=_csv, default=("good", "uncertain"), help="CSV of qualities used"
     )
+    rollups.add_argument(
+        "--full", action="store_true", help="recompute every day, not only the touched ones"
+    )
     availability = _add_job(
         sub, "availability", "device, gateway and link outages, uptime"
     )
@@ -216,6 +219,7 @@ def job_params(name: str, args: argparse.Namespace) -> Any:
             grains=tuple(get("grains", RollupParams.grains)),
             max_hold_ms=_ms(get("max_hold_s", 900.0)),
             qualities=tuple(get("qualities", RollupParams.qualities)),
+            full=get("full", False),
         )
     if name == "availability":
         return AvailabilityParams(

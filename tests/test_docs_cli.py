@@ -201,8 +201,7 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         "python -m cloud_spark land --broker HOST:PORT --topic FILTER [--topic FILTER …]",
         "python -m cloud_spark silver       --root PATH --out PATH [--prefix P] "
         "[--uplink-topic T] [--late-after-s S] [--full]",
-        "python -m cloud_spark rollups      --out PATH [--grains 1m,15m,1h,1d] [--max-hold-s S] "
-        "[--qualities good,uncertain]",
+        "python -m cloud_spark rollups      --out PATH [--grains 1m,15m,1h,1d] [--max-hold-s S]",
         "python -m cloud_spark availability --out PATH [--expected-interval-s S] "
         "[--gap-factor F]",
         "python -m cloud_spark quality      --out PATH [--range POINT=MIN:MAX …] "

@@ -29,7 +29,7 @@ How this works:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from typing import Any
 
@@ -50,6 +50,8 @@ class RollupParams:
     grains: tuple[str, ...] = ("1m", "15m", "1h", "1d")
     max_hold_ms: int = 15 * 60_000
     qualities: tuple[str, ...] = ("good", "uncertain")
+    #: recompute every day (``--full``), not only the days new silver data touched
+    full: bool = False
 
 
 def parse_grain(text: str) -> int:
@@ -206,11 +208,12 @@ def run(spark: SparkSession, root: str, out: str, params: RollupParams) -> dict[
 
     Only the days that silver runs since the last rollups touched are recomputed
     (:func:`days_to_recompute`); everything is when rollups never ran with these
-    parameters, after ``silver --full``, or when a grain or ``max_hold_ms`` exceeds a day.
+    parameters, after ``silver --full``, with ``params.full``, or when a grain or
+    ``max_hold_ms`` exceeds a day.
     """
     del root  # rollups read silver only
-    key = repr(params)
-    touched = bf.touched_since(spark, out, "rollups", key)
+    key = repr(replace(params, full=False))
+    touched = None if params.full else bf.touched_since(spark, out, "rollups", key)
     longest = max(_grains(params).values())
     if longest > DAY_MS or params.max_hold_ms > DAY_MS:
         touched = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,10 @@ def test_rollups_recompute_the_touched_days_and_equal_a_full_run(
     silver.run(spark, str(root), str(out), silver.SilverParams())
     again = rollups.run(spark, "", str(out), params)
     assert again["recomputed_days"] == 4  # the 2 touched days and the day after each
+    rebuilt = rollups.run(spark, "", str(out), replace(params, full=True))
+    assert rebuilt["recomputed_days"] == "all"
+    # --full is not a parameter change: the next plain run has nothing to redo
+    assert rollups.run(spark, "", str(out), params)["recomputed_days"] == 0
     silver.run(spark, str(root), str(full), silver.SilverParams(full=True))
     rollups.run(spark, "", str(full), params)
     assertDataFrameEqual(
