@@ -97,6 +97,15 @@ class MessageReceiver(Protocol):
 
 
 @dataclass(slots=True, eq=False)
+class TopicAliases:
+    """The topic aliases of one v5 connection (most clients use none: they have no object)."""
+
+    maximum: int = 0  # aliases the client takes from us (its Topic Alias Maximum)
+    incoming: dict[int, str] = field(default_factory=dict)  # the client's, by alias
+    outgoing: dict[str, int] = field(default_factory=dict)  # ours, by topic
+
+
+@dataclass(slots=True, eq=False)
 class Connection:
     """One live network (or in-process) connection; after its CONNECT, also the `ClientInfo`
     hooks are given (`client_id`, `username`, `listener`, `peer`, `anonymous_allowed`)."""
@@ -115,11 +124,9 @@ class Connection:
     # limits the client announced (v5 CONNECT properties)
     client_receive_maximum: int = 65535
     client_max_packet_size: int = 268_435_460
-    client_topic_alias_maximum: int = 0
     request_problem_information: bool = True
-    # topic aliases (v5; None until the first one: most connections never use any)
-    aliases_in: dict[int, str] | None = None
-    aliases_out: dict[str, int] | None = None
+    # topic aliases (v5): None while the client neither takes nor sends any
+    aliases: TopicAliases | None = None
     # incoming QoS 1 publishes whose PUBACK has not left the process yet (receive-maximum
     # enforcement; the I/O layer resets it when it hands the acknowledgements to the socket)
     incoming_inflight: int = 0

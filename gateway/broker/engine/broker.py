@@ -88,7 +88,9 @@ class Broker:
         self.limits = config.limits
         self.hooks = hooks or BrokerHooks()
         self.sessions: dict[str, Session] = {}
-        self.connections: set[Connection] = set()
+        # connections whose CONNECT is still to come (or was refused): a connected client is
+        # found through its session, so it is not also in a set (an entry per idle client)
+        self.connecting: set[Connection] = set()
         self.table = SubscriptionTable()
         self.retained = RetainedStore(self.limits.max_retained_messages,
                                       self.limits.max_retained_bytes)
@@ -203,8 +205,13 @@ class Broker:
     ) -> Connection:
         """Register a new transport; the CONNECT is still to come."""
         conn = Connection(sink, listener, peer, anonymous_allowed, now, now)
-        self.connections.add(conn)
+        self.connecting.add(conn)
         return conn
+
+    def connections(self) -> list[Connection]:
+        """Every open connection: connected clients (and links), then those before CONNECT."""
+        connected = [s.connection for s in self.sessions.values() if s.connection is not None]
+        return connected + list(self.connecting)
 
     def handle(self, conn: Connection, packet: Packet, now: float, raw: bytes = b"") -> None:
         """Process one decoded packet from `conn`. `raw` is its wire bytes (PUBLISH only)."""
@@ -315,11 +322,12 @@ class Broker:
         session.expiry_interval = expiry
         session.connection = conn
         session.disconnected_at = None
+        self.connecting.discard(conn)
         return session, present
 
     def connection_lost(self, conn: Connection, now: float) -> None:
         """The transport is gone: publish or schedule the will, keep or end the session."""
-        self.connections.discard(conn)
+        self.connecting.discard(conn)
         conn.closed = True
         self.dispatch.flow.forget(conn)
         session = conn.session
@@ -537,29 +545,29 @@ class Broker:
         `$SYS`."""
         self.dispatch.flow.check_stalls(now)
         timeout = self.limits.connect_timeout
-        for conn in list(self.connections):
-            if conn.closed:
-                continue
-            if conn.session is None:
-                if now - conn.opened_at > timeout:
-                    self.counters.refused_timeout += 1
-                    count = self.counters.refused_timeout
-                    if worth_logging(count, every=100):
-                        log.info("no CONNECT from %s within %g s: closing "
-                                 "(limits.connect_timeout; %d so far)", conn.peer, timeout, count)
-                    conn.sink.close()
-                    conn.closed = True
-            elif conn.keep_alive and now - conn.last_seen > conn.keep_alive * 1.5 and (
-                    not conn.paused):  # a paused client's PINGREQ waits unread
-                self.protocol_error(conn, ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+        for waiting in list(self.connecting):
+            if not waiting.closed and now - waiting.opened_at > timeout:
+                self.counters.refused_timeout += 1
+                count = self.counters.refused_timeout
+                if worth_logging(count, every=100):
+                    log.info("no CONNECT from %s within %g s: closing "
+                             "(limits.connect_timeout; %d so far)", waiting.peer, timeout, count)
+                waiting.sink.close()
+                waiting.closed = True
         for client_id, pending in list(self.pending_wills.items()):
             if now >= pending.due:
                 del self.pending_wills[client_id]
                 self._publish_will(pending.will, pending.info, now)
         for session in list(self.sessions.values()):
-            expires = session.expires_at()
-            if expires is not None and now >= expires and not session.online:
-                self.end_session(session, now)
+            conn = session.connection
+            if conn is None:
+                expires = session.expires_at()
+                if expires is not None and now >= expires:
+                    self.end_session(session, now)
+            elif (not conn.closed and conn.keep_alive
+                  and now - conn.last_seen > conn.keep_alive * 1.5
+                  and not conn.paused):  # a paused client's PINGREQ waits unread
+                self.protocol_error(conn, ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
         for message in self.sys.due(self, now):
             self.publish(message, now)
 

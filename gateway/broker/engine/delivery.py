@@ -30,7 +30,7 @@ from gateway.broker.core.inflight import Delivery, PageLoader
 from gateway.broker.core.log_sampling import clip, worth_logging
 from gateway.broker.core.message import Message
 from gateway.broker.core.router import SharedGroup, SubOptions, SubscriptionTable
-from gateway.broker.core.session import Connection, Session
+from gateway.broker.core.session import Connection, Session, TopicAliases
 from gateway.broker.engine.flow_control import FlowControl
 
 log = logging.getLogger("outpost.broker")
@@ -313,9 +313,10 @@ class Dispatcher:
         elif delivery.qos > 0 and session is not None:
             session.outbound.start(delivery)  # keeps its packet identifier
         new_alias = False
-        if conn.client_topic_alias_maximum and conn.is_v5:
-            new_alias = conn.aliases_out is None or message.topic not in conn.aliases_out
-            data = self._encode_with_alias(conn, delivery, now)
+        aliases = conn.aliases
+        if aliases is not None and aliases.maximum and conn.is_v5:
+            new_alias = message.topic not in aliases.outgoing
+            data = self._encode_with_alias(conn, aliases, delivery, now)
         else:
             data = message.encode_for(
                 conn.version, delivery.qos, delivery.retain, delivery.packet_id or None, now,
@@ -324,9 +325,9 @@ class Dispatcher:
         if len(data) > conn.client_max_packet_size:
             # MQTT-3.1.2-25: discard as if it had been delivered.
             self.counters.too_large += 1
-            if new_alias and conn.aliases_out is not None:
+            if new_alias and aliases is not None:
                 # The client never sees this packet, so it must not learn the alias from it.
-                conn.aliases_out.pop(message.topic, None)
+                aliases.outgoing.pop(message.topic, None)
             if delivery.qos > 0 and session is not None:
                 session.outbound.inflight.pop(delivery.packet_id, None)
                 if session.persistent:
@@ -336,18 +337,18 @@ class Dispatcher:
         self.counters.sent += 1
         conn.sink.write(data, gated)
 
-    def _encode_with_alias(self, conn: Connection, delivery: Delivery, now: float) -> bytes:
+    def _encode_with_alias(
+        self, conn: Connection, aliases: TopicAliases, delivery: Delivery, now: float
+    ) -> bytes:
         message = delivery.message
-        aliases = conn.aliases_out
-        if aliases is None:
-            aliases = conn.aliases_out = {}
-        alias = aliases.get(message.topic)
+        outgoing = aliases.outgoing
+        alias = outgoing.get(message.topic)
         topic = message.topic
         if alias is not None:
             topic = ""
-        elif len(aliases) < conn.client_topic_alias_maximum:
-            alias = len(aliases) + 1
-            aliases[message.topic] = alias
+        elif len(outgoing) < aliases.maximum:
+            alias = len(outgoing) + 1
+            outgoing[message.topic] = alias
         props = message.v5_properties(delivery.subscription_ids, message.remaining_expiry(now),
                                       alias)
         packet = Publish(

@@ -26,7 +26,7 @@ from gateway.broker.codec.reason_codes import ReasonCode, v3_connack_code
 from gateway.broker.contracts.auth import source_of
 from gateway.broker.contracts.hooks import INTERNAL_LISTENERS, Access
 from gateway.broker.core.log_sampling import clip, worth_logging
-from gateway.broker.core.session import NEVER_EXPIRES, Connection
+from gateway.broker.core.session import NEVER_EXPIRES, Connection, TopicAliases
 from gateway.broker.engine.broker_api import BrokerApi
 from gateway.broker.engine.refusals import connect_refusal, keep_alive_over_limit
 
@@ -94,7 +94,8 @@ def accept(
     if v5:
         conn.client_receive_maximum = props.receive_maximum or 65535
         conn.client_max_packet_size = props.maximum_packet_size or 268_435_460
-        conn.client_topic_alias_maximum = props.topic_alias_maximum or 0
+        if props.topic_alias_maximum:
+            conn.aliases = TopicAliases(props.topic_alias_maximum)
         conn.request_problem_information = props.request_problem_information != 0
         expiry = min(props.session_expiry_interval or 0, broker.limits.max_session_expiry)
     else:

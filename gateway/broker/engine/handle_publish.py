@@ -28,7 +28,7 @@ from gateway.broker.codec.packets import (
 from gateway.broker.codec.reason_codes import ReasonCode
 from gateway.broker.contracts.hooks import INTERNAL_LISTENERS, Access
 from gateway.broker.core.message import V3_VERSIONS, Message
-from gateway.broker.core.session import Connection
+from gateway.broker.core.session import Connection, TopicAliases
 from gateway.broker.engine.broker_api import BrokerApi
 from gateway.broker.engine.refusals import publish_refusal, publish_topic
 
@@ -38,7 +38,8 @@ def on_publish(broker: BrokerApi, conn: Connection, packet: Publish, now: float,
     """Handle a PUBLISH from a client: refuse it, answer a resend, or accept it."""
     session = conn.session
     assert session is not None
-    topic = publish_topic(packet, conn.aliases_in)
+    aliases = conn.aliases
+    topic = publish_topic(packet, aliases.incoming if aliases is not None else None)
     refusal = publish_refusal(packet, topic, conn.is_v5, session.awaiting_release,
                               conn.incoming_inflight, broker.limits,
                               conn.listener in INTERNAL_LISTENERS)
@@ -48,9 +49,9 @@ def on_publish(broker: BrokerApi, conn: Connection, packet: Publish, now: float,
     alias = packet.properties.topic_alias
     if alias is not None:
         if packet.topic:
-            if conn.aliases_in is None:
-                conn.aliases_in = {}
-            conn.aliases_in[alias] = packet.topic
+            if aliases is None:
+                aliases = conn.aliases = TopicAliases()
+            aliases.incoming[alias] = packet.topic
         raw = b""  # the alias is per connection: never forward these bytes
     assert topic is not None
     if refusal is not None:

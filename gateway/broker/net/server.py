@@ -414,9 +414,9 @@ class Server:
         return cached[1]
 
     def connections(self) -> list[MQTTConnection]:
-        """The open client connections (the broker's set is the only register: a second set
-        here would cost every idle client another entry)."""
-        return [conn.sink for conn in self.broker.connections
+        """The open client connections (the broker is the only register: a set here would
+        cost every idle client another entry)."""
+        return [conn.sink for conn in self.broker.connections()
                 if isinstance(conn.sink, MQTTConnection)]
 
     def new_protocol(self, listener: ListenerConfig, label: str) -> MQTTConnection:

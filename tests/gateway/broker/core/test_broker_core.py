@@ -18,7 +18,7 @@ from gateway.broker.codec.packets import (
 )
 from gateway.broker.contracts.hooks import BrokerHooks
 from storage.memory import MemoryStore
-from tests.gateway.broker.core.fakes import Harness
+from tests.gateway.broker.core.fakes import FakeSink, Harness
 
 
 def publishes(sink_packets: list[object]) -> list[Publish]:
@@ -135,6 +135,23 @@ def test_keepalive_timeout_publishes_will() -> None:
     assert publishes(sink.packets()) == []
     h.advance(2)  # 16 s > 1.5 x 10 s
     assert [p.payload for p in publishes(sink.packets())] == [b"gone"]
+
+
+def test_connections_before_connect_time_out_and_connected_ones_are_found_by_session() -> None:
+    h = Harness(connect_timeout=5.0)
+    silent_sink = FakeSink(MQTT_3_1_1)
+    silent = h.broker.open_connection(silent_sink, "test", "127.0.0.1:2", True, h.now)
+    client, _ = h.connect("client", keep_alive=10)
+    # the connected one is found through its session; only the silent one waits for CONNECT
+    assert h.broker.connecting == {silent}
+    assert set(h.broker.connections()) == {client, silent}
+    h.advance(6)  # past the connect timeout; within the client's keepalive
+    assert silent.closed and silent_sink.closed and not client.closed
+    h.advance(10)  # 16 s > 1.5 x 10 s without a packet
+    assert client.closed
+    h.drop(silent)
+    h.drop(client)
+    assert h.broker.connecting == set() and h.broker.connections() == []
 
 
 def test_normal_disconnect_suppresses_will_but_0x04_sends_it() -> None:
