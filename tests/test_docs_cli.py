@@ -1,4 +1,5 @@
-"""Every command line in the fenced blocks of README.md and docs/*.md is run here, or is run by
+"""Every command line in the fenced blocks of README.md, docs/*.md and the benchmark READMEs
+(bench/README.md, bench/cloud/README.md) is run here, or is run by
 a named test, or is listed as not runnable here with the reason: the table `COMMANDS` holds
 each one, so a new example fails `test_every_documented_command_is_classified` until it is
 added to the table (and a line that left the docs fails until it leaves the table).
@@ -45,7 +46,8 @@ from tests.support.broker_proc import launch
 from tests.support.mosquitto import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+         ROOT / "bench" / "README.md", ROOT / "bench" / "cloud" / "README.md"]
 
 FENCE = re.compile(r"^[ \t]*```([a-z]*)[ \t]*\n(.*?)^[ \t]*```[ \t]*$", re.MULTILINE | re.DOTALL)
 COMMAND_BLOCKS = {"", "sh", "shell", "bash", "console"}
@@ -79,7 +81,7 @@ def commands_in(name: str, text: str) -> Iterator[tuple[str, str]]:
 
 
 def documented_commands() -> dict[str, list[str]]:
-    """Each command line of README.md and docs/*.md -> where it is (file:line)."""
+    """Each command line of the documents in `FILES` -> where it is (file:line)."""
     found: dict[str, list[str]] = {}
     for path in FILES:
         name = path.relative_to(ROOT).as_posix()
@@ -215,6 +217,20 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         NotRunnable("needs an S3 bucket (no network here) and a Spark session, tens of seconds; "
                     "the report job runs on local tables in tests/cloud_spark"),
     ),
+    # bench/README.md, bench/cloud/README.md
+    **{line: (NotRunnable(BENCH),) for line in (
+        ".venv/bin/python -m bench.compare --json bench-results.json",
+        ".venv/bin/python -m bench.loadgen fan-in --port 1883 --broker-pid $(pidof mosquitto)",
+        ".venv/bin/python -m bench.websocket --messages 20000 --size 64 --runs 3",
+        ".venv/bin/python -m bench.cloud.run_bench --rows 10000000 --work /tmp/outpost-bench",
+    )},
+    **{line: (Synopsis(),) for line in (
+        ".venv/bin/python -m bench.cloud.tsbs_iot --rows 1000000 --out /tmp/landing [--seed 7]",
+        ".venv/bin/python -m bench.cloud.run_bench --rows 10000000 --work /tmp/outpost-bench "
+        "[--master local[2]] [--driver-memory SIZE] [--shuffle-partitions 8] "
+        "[--new-rows 100000] [--steps plain,silver,rollups,incremental] "
+        "[--conf KEY=VALUE …] [--json FILE]",
+    )},
     ".venv/bin/python -m bench.cloud.tsbs_iot --rows 1000000 --out /tmp/tsbs/landing": (
         NotRunnable(BENCH),
     ),
@@ -508,10 +524,13 @@ def test_synopsis_options_exist(synopsis: str, machine: Machine) -> None:
     """Each alternative's command words + --help: every --option the synopsis names is there."""
     for alternative in synopsis.split(" | "):
         words = alternative.split()
-        command = [w for w in words[:4] if re.fullmatch(r"-m|[a-z_][a-z_-]*", w)]
+        if words[0].endswith("/python"):  # .venv/bin/python: this checkout's python on PATH
+            words[0] = "python"
+        command = [w for i, w in enumerate(words[:4])
+                   if re.fullmatch(r"-m|[a-z_][a-z_-]*", w) or (i and words[i - 1] == "-m")]
+        # from the checkout, as the benchmark READMEs say (`bench` is not an installed package)
         done = subprocess.run(["bash", "-c", " ".join([*command, "--help"])], capture_output=True,
-                              text=True, cwd=machine.root, env=machine.env(), timeout=60,
-                              check=False)
+                              text=True, cwd=ROOT, env=machine.env(), timeout=60, check=False)
         assert done.returncode == 0, f"{alternative}\n{done.stderr}"
         for option in re.findall(r"--[a-z][a-z-]*", alternative):
             assert option in done.stdout, f"{alternative}: {option} is not in --help"
