@@ -1,10 +1,12 @@
-"""The in-memory persistence hooks (`durability = "memory"`).
+"""Persistence hooks that keep everything in process memory: the restore path without a disk.
 
 How this works: it mirrors what a durable store would write — persistent sessions, their QoS 1/2
 deliveries in order, retained messages — into plain dicts, and hands them back from `restore`.
 Nothing reaches disk, so a process restart starts empty; a new broker built on the same
 `MemoryStore` object resumes exactly (the tests use this to exercise the restore path that the
 SQLite store shares).
+The daemon's `durability = "memory"` does not use it: one broker per process never restores,
+so the mirror would only hold every retained message and session a second time.
 """
 
 from __future__ import annotations

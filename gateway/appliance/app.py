@@ -34,7 +34,6 @@ from gateway.broker.contracts.hooks import BrokerHooks, HookChain
 from gateway.broker.engine.broker import Broker
 from gateway.broker.net.security_files import load_security
 from gateway.broker.net.server import Server
-from storage.memory import MemoryStore
 from storage.sqlite import SqliteStore
 from storage.sqlite.uplink_outbox import SqliteOutbox
 
@@ -65,7 +64,9 @@ def build_hooks(config: Config, state_dir: Path | None) -> BrokerHooks:
     reason = "durability is memory" if storage.durability == "memory" else "no state directory"
     log.info("nothing is persisted (%s): sessions, queues and retained messages live in memory",
              reason)
-    return MemoryStore()
+    # The broker's own state is all there is: a MemoryStore would mirror every retained message
+    # and persistent session a second time for a restore that never comes in this process.
+    return BrokerHooks()
 
 
 def build_outbox(store: BrokerHooks) -> Outbox:

@@ -12,8 +12,8 @@ from gateway.appliance.app import build_hooks
 from gateway.appliance.cli import build_parser
 from gateway.appliance.config import Config
 from gateway.base.outbox import OutboxRecord, RuleLimits
+from gateway.broker.contracts.hooks import BrokerHooks
 from storage.config import StorageConfig
-from storage.memory import MemoryStore
 from storage.sqlite import SqliteStore
 from storage.sqlite.uplink_outbox import SqliteOutbox
 from tests.storage.conftest import StoreFactory, copy_fixture, flush, rows
@@ -37,8 +37,9 @@ def test_build_hooks_chooses_by_durability_and_state_dir(
     hooks = asyncio.run(build(config(durability="normal", state_dir=tmp_path / "b"), None))
     assert isinstance(hooks, SqliteStore) and hooks.path == tmp_path / "b" / "outpost.db"
     with caplog.at_level(logging.INFO, logger="outpost"):
-        assert isinstance(asyncio.run(build(config(), None)), MemoryStore)
-        assert isinstance(asyncio.run(build(config(durability="memory"), tmp_path)), MemoryStore)
+        # nothing persisted: plain hooks, no mirror of the broker's state
+        assert type(asyncio.run(build(config(), None))) is BrokerHooks
+        assert type(asyncio.run(build(config(durability="memory"), tmp_path))) is BrokerHooks
     assert sum("nothing is persisted" in r.getMessage() for r in caplog.records) == 2
 
 
