@@ -155,13 +155,15 @@ class Broker:
             record = restored.record
             session = Session(
                 record.client_id, record.protocol_level, self.new_outbound(),
-                record.expiry_interval, dict(record.subscriptions),
-                awaiting_release=set(restored.awaiting_release),
+                record.expiry_interval,
                 disconnected_at=now if record.disconnected_at is None else record.disconnected_at,
             )
+            for packet_id in restored.awaiting_release:
+                session.await_release(packet_id)
             for topic_filter, options in record.subscriptions.items():
                 group, actual = parse_shared(topic_filter)
                 self.table.subscribe(record.client_id, actual, options, group)
+                session.subscribe(topic_filter, options)
             outbound = session.outbound
             for delivery in restored.deliveries:
                 if delivery.packet_id:
