@@ -35,6 +35,11 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     # partitioned writes without sorting by partition first (few event dates per run)
     "spark.sql.maxConcurrentOutputFileWriters": "16",
+    # HotSpot does not compile methods over 8,000 bytes of bytecode (HugeMethodLimit): a
+    # generated stage above that runs interpreted. With the limit at 8,000 Spark falls back to
+    # per-expression code, split into compilable methods (Spark's configuration docs suggest
+    # this value for HotSpot): silver's parse of 2M rows 15.8 s -> 10.4 s.
+    "spark.sql.codegen.hugeMethodLimit": "8000",
 }
 
 
