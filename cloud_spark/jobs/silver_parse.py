@@ -91,33 +91,39 @@ def classify(
 ) -> DataFrame:
     """Add ``kind``, ``device`` and ``point`` from ``local_topic``.
 
-    Plain string functions, no regular expressions: this runs on every row.
+    Plain string functions, no regular expressions: this runs on every row. Each part of
+    the topic is its own column, computed once: written as one expression, every branch of
+    the ``CASE`` recomputed the substrings (4 s of 2M rows' 9 s).
     """
     topic = F.col("local_topic")
     head = f"{prefix}/"
-    rest = F.substring(topic, len(head) + 1, 1 << 20)
-    slashes = F.length(rest) - F.length(F.replace(rest, F.lit("/"), F.lit("")))
-    device = F.substring_index(rest, "/", 1)
-    leaf = F.substring_index(rest, "/", -1)
-    matched = (
-        topic.startswith(head) & (slashes == 1) & (F.length(device) > 0) & (F.length(leaf) > 0)
-    )
+    rest = F.col("_rest")
+    device, leaf = F.col("_device"), F.col("_leaf")
+    # <device>/<leaf> with exactly one slash: first part + "/" + last part is the whole
+    one_slash = F.length(rest) == F.length(device) + F.length(leaf) + 1
+    matched = one_slash & (F.length(device) > 0) & (F.length(leaf) > 0)
     kind = (
         F.when(topic == F.lit(uplink_topic), KIND_UPLINK_DIAGNOSTICS)
         .when(topic == F.lit(c.GATEWAY_STATUS_TOPIC), KIND_GATEWAY_STATUS)
-        .when(matched & (leaf == c.STATUS_LEAF), KIND_STATUS)
-        .when(matched & (leaf == c.DIAGNOSTICS_LEAF), KIND_DEVICE_DIAGNOSTICS)
-        .when(matched, KIND_POINT)
-        .otherwise(KIND_UNKNOWN)
+        .when(~F.coalesce(matched, F.lit(False)), KIND_UNKNOWN)
+        .when(leaf == c.STATUS_LEAF, KIND_STATUS)
+        .when(leaf == c.DIAGNOSTICS_LEAF, KIND_DEVICE_DIAGNOSTICS)
+        .otherwise(KIND_POINT)
     )
-    return df.withColumn("kind", kind).withColumns(
+    parts = df.withColumn(
+        "_rest", F.when(topic.startswith(head), F.substring(topic, len(head) + 1, 1 << 20))
+    ).withColumns(
+        {"_device": F.substring_index(rest, "/", 1), "_leaf": F.substring_index(rest, "/", -1)}
+    )
+    with_kind = parts.withColumn("kind", kind)
+    return with_kind.withColumns(
         {
             "device": F.when(
                 F.col("kind").isin(KIND_POINT, KIND_STATUS, KIND_DEVICE_DIAGNOSTICS), device
             ),
             "point": F.when(F.col("kind") == KIND_POINT, leaf),
         }
-    )
+    ).drop("_rest", "_device", "_leaf")
 
 
 def _payload_text() -> Column:
@@ -157,10 +163,12 @@ def _field_reason(spec: FieldSpec) -> Column:
 def _kind_reason(kind: str) -> Column:
     """First field problem of a JSON kind, then value-range problems."""
     checks = [_field_reason(spec) for spec in SPECS[kind]]
-    ts = F.try_variant_get(F.col("_v"), "$.ts", "bigint")
+    # the typed columns (parse_payloads computes them first): reached only when every
+    # field has its type, so they hold the field's value
+    ts = F.col("ts")
     checks.append(F.when((ts < MIN_EVENT_MS) | (ts >= MAX_EVENT_MS), F.lit("invalid_value:ts")))
     if kind == KIND_POINT:
-        quality = F.try_variant_get(F.col("_v"), "$.quality", "string")
+        quality = F.col("quality")
         checks.append(F.when(~quality.isin(*c.QUALITIES), F.lit("invalid_value:quality")))
     return F.coalesce(*checks)
 
@@ -193,7 +201,35 @@ def parse_payloads(classified: DataFrame) -> DataFrame:
             for name in names
         }
     )
-    status_text = F.when(statuses, F.regexp_replace(F.col("_text"), r"^\s+|\s+$", ""))
+    value_type = F.col("_t_value")
+    is_number = _type_ok(value_type, "number")
+    is_bool = value_type == "BOOLEAN"
+    # every typed value is looked up once, in its own column, before the reason reads it:
+    # one expression referring to lookups many times repeated them in each CASE branch
+    values = {
+        "ts": _get("ts", "bigint"),
+        "value_num": F.when(is_number, _get("value", "double")).when(
+            is_bool, F.when(_get("value", "boolean"), 1.0).otherwise(0.0)
+        ),
+        "value_str": F.when(value_type.isin("STRING", "BOOLEAN"), _get("value", "string")),
+        "value_type": F.when(is_number, "number")
+        .when(is_bool, "bool")
+        .when(value_type == "STRING", "string")
+        .when(value_type == "VOID", "null"),
+        "unit": _get("unit", "string"),
+        "quality": _get("quality", "string"),
+        "status_value": F.when(statuses, F.regexp_replace(F.col("_text"), r"^\s+|\s+$", "")),
+        **{
+            name: _get(name, "bigint")
+            for name in ("requests", "timeouts", "crc_errors", "exceptions", "stale_frames")
+        },
+        "latency_ms": _get("latency_ms", "double"),
+        "connected": _get("connected", "boolean"),
+        "backlog_messages": _get("backlog_messages", "bigint"),
+        "backlog_bytes": _get("backlog_bytes", "bigint"),
+        "oldest_age_s": _get("oldest_age_s", "double"),
+        "dropped": _get("dropped", "bigint"),
+    }
     # a missing ts is either a missing field or not an object at all; && short-circuits
     not_object = F.col("_t_ts").isNull() & ~F.schema_of_variant(F.col("_v")).startswith("OBJECT")
     json_reason = (
@@ -203,43 +239,15 @@ def parse_payloads(classified: DataFrame) -> DataFrame:
         .when(kind == KIND_DEVICE_DIAGNOSTICS, _kind_reason(KIND_DEVICE_DIAGNOSTICS))
         .otherwise(_kind_reason(KIND_UPLINK_DIAGNOSTICS))
     )
+    status_value = F.col("status_value")
     reason = (
         F.when(F.col("_corrupt_record").isNotNull(), F.lit("corrupt_bronze"))
         .when(~has_id, F.lit("missing_id"))
         .when(F.col("local_topic").isNull(), F.lit("missing_topic"))
         .when(kind == KIND_UNKNOWN, F.lit("unknown_topic"))
         .when(F.col("_text").isNull(), F.lit("invalid_payload_encoding"))
-        .when(statuses, F.when(~status_text.isin(*c.STATUSES), "invalid_value:status"))
+        .when(statuses, F.when(~status_value.isin(*c.STATUSES), "invalid_value:status"))
         .otherwise(json_reason)
     )
-    value_type = F.col("_t_value")
-    is_number = _type_ok(value_type, "number")
-    is_bool = value_type == "BOOLEAN"
-    parsed = stage.withColumn("reason", reason).withColumns(
-        {
-            "ts": _get("ts", "bigint"),
-            "value_num": F.when(is_number, _get("value", "double")).when(
-                is_bool, F.when(_get("value", "boolean"), 1.0).otherwise(0.0)
-            ),
-            "value_str": F.when(value_type.isin("STRING", "BOOLEAN"), _get("value", "string")),
-            "value_type": F.when(is_number, "number")
-            .when(is_bool, "bool")
-            .when(value_type == "STRING", "string")
-            .when(value_type == "VOID", "null"),
-            "unit": _get("unit", "string"),
-            "quality": _get("quality", "string"),
-            "status_value": F.when(statuses, status_text),
-            **{
-                name: _get(name, "bigint")
-                for name in ("requests", "timeouts", "crc_errors", "exceptions", "stale_frames")
-            },
-            "latency_ms": _get("latency_ms", "double"),
-            "connected": _get("connected", "boolean"),
-            "backlog_messages": _get("backlog_messages", "bigint"),
-            "backlog_bytes": _get("backlog_bytes", "bigint"),
-            "oldest_age_s": _get("oldest_age_s", "double"),
-            "dropped": _get("dropped", "bigint"),
-        }
-    )
-    helpers = ["_text", "_v", *(f"_t_{name}" for name in names)]
-    return parsed.drop(*helpers)
+    parsed = stage.withColumns(values).withColumn("reason", reason)
+    return parsed.select(*classified.columns, "reason", *values)
