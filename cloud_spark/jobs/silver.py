@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F  # noqa: N812
 
 from cloud_spark import bronze_files as bf
@@ -82,27 +82,28 @@ def dedupe(df: DataFrame) -> DataFrame:
     """One row per message id (earliest copy) plus every id-less row; adds copies, conflict.
 
     ``df`` needs the id columns, ``ingest_ms`` and ``_hash`` (:func:`with_content_hash`);
-    copies of one id whose hashes differ are a *conflict*. The kept copy is the smallest
-    struct of all columns with ``ingest_ms`` then ``_hash`` first: the earliest landed,
+    copies of one id whose hashes differ are a *conflict*. The kept copy is the first in
+    the order ``ingest_ms``, ``_hash``, then every other column: the earliest landed,
     deterministically (the incremental merge, :mod:`cloud_spark.jobs.silver_merge`, uses the
     same order across runs). The kept copy's ``_hash`` stays (the ledger's ``content_hash``).
+
+    One window over the id: a single shuffle and sort. (A ``groupBy`` keeping the smallest
+    struct sorted every row twice, once before its partial aggregation, and id-less rows,
+    kept apart and unioned back, made the plan scan bronze a second time.)
     """
-    has_id = sm.has_id()
     rest = [name for name in df.columns if name not in (*ID, "ingest_ms", "_hash")]
-    kept = (
-        df.where(has_id)
-        .groupBy(*ID)
-        .agg(
-            F.count(F.lit(1)).alias("copies"),
-            F.min(F.struct("ingest_ms", "_hash", *rest)).alias("_first"),
-            (F.min("_hash") != F.max("_hash")).alias("conflict"),
-        )
-        .select(*ID, "_first.*", "copies", "conflict")
+    # each id-less row is a group of its own
+    alone = F.when(~sm.has_id(), F.monotonically_increasing_id())
+    order = Window.partitionBy(*ID, "_alone").orderBy("ingest_ms", "_hash", *rest)
+    group = order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    ranked = df.withColumn("_alone", alone).withColumns(
+        {
+            "_rank": F.row_number().over(order),
+            "copies": F.count(F.lit(1)).over(group),
+            "conflict": F.min("_hash").over(group) != F.max("_hash").over(group),
+        }
     )
-    loose = df.where(~has_id).withColumns(
-        {"copies": F.lit(1).cast("long"), "conflict": F.lit(False)}
-    )
-    return kept.unionByName(loose)
+    return ranked.where(F.col("_rank") == 1).select(*df.columns, "copies", "conflict")
 
 
 def parse(bronze: DataFrame, params: SilverParams) -> DataFrame:

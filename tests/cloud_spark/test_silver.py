@@ -25,6 +25,9 @@ def test_classify_uses_the_local_topic_only(spark: SparkSession) -> None:
         "$SYS/outpost/uplink",
         "devices/m1",
         "devices/m1/a/b",
+        "devices//p",
+        "devices/m1/",
+        "devices/",
         "other/m1/p",
         None,
     ]
@@ -54,6 +57,9 @@ def test_classify_uses_the_local_topic_only(spark: SparkSession) -> None:
             ),
             Row(local_topic="devices/m1", kind="unknown", device=None, point=None),
             Row(local_topic="devices/m1/a/b", kind="unknown", device=None, point=None),
+            Row(local_topic="devices//p", kind="unknown", device=None, point=None),
+            Row(local_topic="devices/m1/", kind="unknown", device=None, point=None),
+            Row(local_topic="devices/", kind="unknown", device=None, point=None),
             Row(local_topic="other/m1/p", kind="unknown", device=None, point=None),
             Row(local_topic=None, kind="unknown", device=None, point=None),
         ],
@@ -397,3 +403,25 @@ def test_corrupt_bronze_lines_are_quarantined(spark: SparkSession, tmp_path: obj
         [Row(payload="{this is not json", reason="corrupt_bronze", ingest_date=DAY)],
     )
     assert silver.points(parsed).count() == 1
+
+
+def test_parse_reads_bronze_once(spark: SparkSession, tmp_path: object) -> None:
+    """One scan of the files for parse and dedupe together: rows without an id used to be
+    kept apart and unioned back, and the plan read every bronze file a second time."""
+    import gzip
+    from pathlib import Path
+
+    from cloud_spark import tables
+
+    directory = Path(str(tmp_path)) / "bronze" / "ingest_date=2024-06-03" / "ingest_hour=16"
+    directory.mkdir(parents=True)
+    rows = [
+        bronze_row(1, "devices/m/p", point_payload(1, T0)),
+        bronze_row(None, "devices/m/p", "x"),
+    ]
+    with gzip.open(directory / "part-1.json.gz", "wt") as handle:
+        handle.write("".join(json.dumps(row) + "\n" for row in rows))
+    parsed = silver.parse(tables.read_bronze(spark, str(tmp_path)), silver.SilverParams())
+    plan = parsed._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("FileScan") == 1, plan
+    assert parsed.count() == 2
