@@ -16,6 +16,14 @@ How this works:
   in arrival order, as MQTT requires.
 * The broker stops sending once ``receive_maximum`` messages are unacknowledged (MQTT 5
   Receive Maximum, sent in CONNECT), so the lander also commits when that many are pending.
+  Some brokers cap what they send below that, at their own in-flight limit, and announce
+  the cap only as the Receive Maximum of their CONNACK (EMQX's ``max_inflight``; outpost's
+  ``max_inflight`` with ``receive_maximum``, both 64 by default). Waiting for the roll timer
+  would then land one window per ``roll_seconds``, so when that many are pending and
+  nothing has arrived for :data:`STALL_S`, the stream is taken as stalled on our acks and
+  the file is committed. (Only then: mosquitto 2.0 announces ``max_inflight_messages``, 20,
+  without capping what it sends an MQTT 5 client, and a busy stream must not be cut into
+  files of 20.)
 * A file is also committed when it is big or old enough (checked on every message and by a
   ticker), or when the ingest hour changes.
 * Connection lost: the open file is committed (its records are duplicates-to-be, harmless)
@@ -50,6 +58,9 @@ log = logging.getLogger("cloud_spark.lander")
 
 #: an ack token: (connection number, MQTT packet id, QoS)
 Token = tuple[int, int, int]
+
+#: quiet time after which a full window of pending messages counts as a stall on our acks
+STALL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -100,8 +111,13 @@ def _paho(client: aiomqtt.Client) -> Any:
     return client._client  # see module docstring (manual acks)
 
 
-def make_client(cfg: LanderConfig) -> aiomqtt.Client:
-    """An MQTT 5 client with a persistent session and manual acknowledgements switched on."""
+def make_client(
+    cfg: LanderConfig, on_connack: Callable[[int], None] = lambda receive_maximum: None
+) -> aiomqtt.Client:
+    """An MQTT 5 client with a persistent session and manual acknowledgements switched on.
+
+    ``on_connack`` gets the broker's Receive Maximum from each CONNACK (65535 when absent).
+    """
     props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
     props.SessionExpiryInterval = cfg.session_expiry_s
     props.ReceiveMaximum = cfg.receive_maximum
@@ -117,7 +133,17 @@ def make_client(cfg: LanderConfig) -> aiomqtt.Client:
         password=cfg.password,
         tls_context=_tls_context(cfg),
     )
-    _paho(client).manual_ack_set(True)
+    paho = _paho(client)
+    paho.manual_ack_set(True)
+    aiomqtt_on_connect = paho.on_connect
+
+    def on_connect(*args: Any) -> None:
+        # (client, userdata, flags, reason code, properties): aiomqtt drops the properties
+        properties = args[4] if len(args) > 4 else None
+        on_connack(getattr(properties, "ReceiveMaximum", None) or 65535)
+        aiomqtt_on_connect(*args)
+
+    paho.on_connect = on_connect
     return client
 
 
@@ -143,6 +169,11 @@ class Lander:
         self.landed = 0
         self._lock = asyncio.Lock()
         self._client: aiomqtt.Client | None = None
+        #: pending messages at which the broker may stop sending (see the module docstring)
+        self._window = cfg.receive_maximum
+        self._received = 0
+        self._stall_check: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # stall commits, referenced until done
 
     async def run(self) -> int:
         """Land until :attr:`stop` is set; returns the process exit code."""
@@ -161,12 +192,18 @@ class Lander:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stop.wait(), delay)
                 delay = min(delay * 2, self.cfg.reconnect_max_s)
+        if self._stall_check is not None:
+            self._stall_check.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._commit(ack=False)
         log.info("stopped after landing %d messages", self.landed)
         return 0
 
+    def _connack(self, receive_maximum: int) -> None:
+        self._window = min(self.cfg.receive_maximum, receive_maximum)
+
     async def _connection(self) -> None:
-        client = make_client(self.cfg)
+        client = make_client(self.cfg, self._connack)
         async with client:
             self.connection += 1
             self._client = client
@@ -207,8 +244,31 @@ class Lander:
                 token = (connection, message.mid, message.qos)
                 for committed in self.writer.append(encode_record(record), ingest_ms, token):
                     self._acknowledge(committed)
+                self._received += 1
                 if self.writer.due() or self.writer.pending >= self.cfg.receive_maximum:
                     await self._commit_locked(ack=True)
+                elif self.writer.pending >= self._window:
+                    self._watch_for_stall()
+
+    def _watch_for_stall(self) -> None:
+        """Commit if nothing arrives for :data:`STALL_S` (the broker waits for our acks)."""
+        if self._stall_check is not None:
+            return
+        received = self._received
+
+        def check() -> None:
+            self._stall_check = None
+            if self.writer.pending < self._window:
+                return  # committed meanwhile
+            if self._received != received:
+                self._watch_for_stall()  # still flowing: look again later
+                return
+            log.debug("stalled with %d pending: committing", self.writer.pending)
+            task = asyncio.create_task(self._commit(ack=True), name="stall-commit")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        self._stall_check = asyncio.get_running_loop().call_later(STALL_S, check)
 
     async def _tick(self) -> None:
         interval = max(0.05, min(1.0, self.cfg.roll_seconds / 4))

@@ -30,6 +30,7 @@ from cloud_spark.cli import job_params, run_job
 from cloud_spark.jobs import quality
 from cloud_spark.tables import read_table
 from tests.cloud_spark.conftest import T0
+from tests.support.broker_proc import BrokerProcess, start_broker
 from tests.support.mosquitto import Mosquitto
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +40,9 @@ EPOCH = "9f0c2b1e-0000-4000-8000-000000000001"
 class Lander:
     """``python -m cloud_spark land`` as a child process; stderr collected line by line."""
 
-    def __init__(self, broker: Mosquitto, root: Path, client_id: str, *extra: str) -> None:
+    def __init__(
+        self, broker: Mosquitto | BrokerProcess, root: Path, client_id: str, *extra: str
+    ) -> None:
         cmd = [
             sys.executable, "-m", "cloud_spark", "land",
             "--broker", f"{broker.host}:{broker.port}",
@@ -99,7 +102,7 @@ def local_topic(seq: int) -> str:
 class Uplink:
     """A gateway uplink: numbered messages to the cloud broker, MQTT 5 or 3.1.1."""
 
-    def __init__(self, broker: Mosquitto, *, v5: bool) -> None:
+    def __init__(self, broker: Mosquitto | BrokerProcess, *, v5: bool) -> None:
         self.v5 = v5
         self.gateway = "gw-v5" if v5 else "gw-v311"
         protocol = mqtt.MQTTv5 if v5 else mqtt.MQTTv311
@@ -154,23 +157,48 @@ def wait_for_ids(root: Path, expected: set[tuple[str, int]], timeout: float = 40
 def test_acks_wait_for_the_commit(mosquitto: Mosquitto, tmp_path: Path, landers: list) -> None:
     """A lander killed while holding received-but-uncommitted messages loses none of them.
 
-    Had it acknowledged on receipt, the broker would not deliver them again.
+    Had it acknowledged on receipt, the broker would not deliver them again. (15 messages:
+    below mosquitto's in-flight cap of 20, which would make the lander commit on a stall.)
     """
     root = tmp_path / "landing"
     slow = Lander(mosquitto, root, "lander-1", "--roll-seconds", "60")
     landers.append(slow)
     uplink = Uplink(mosquitto, v5=True)
-    uplink.send_all(list(range(1, 41)))
+    uplink.send_all(list(range(1, 16)))
     time.sleep(1.0)  # the lander has them by now, in an open (uncommitted) file
     assert bronze_ids(root) == []
     assert len(list(root.glob("bronze/*/*/.part-*.tmp"))) == 1
     slow.kill()
     fast = Lander(mosquitto, root, "lander-1", "--roll-seconds", "0.2")
     landers.append(fast)
-    wait_for_ids(root, {("gw-v5", seq) for seq in range(1, 41)})
+    wait_for_ids(root, {("gw-v5", seq) for seq in range(1, 16)})
     assert fast.terminate() == 0
     assert list(root.glob("bronze/*/*/.part-*")) == []  # the killed run's temp file is gone
     uplink.close()
+
+
+def test_a_broker_capping_in_flight_below_the_window_does_not_stall_the_lander(
+    tmp_path: Path, landers: list
+) -> None:
+    """outpost as the cloud broker sends at most 64 unacknowledged messages (its default
+    ``max_inflight``, announced as the Receive Maximum of its CONNACK) to a lander asking
+    for 1,000: the lander commits when 64 are pending and the stream stops, instead of
+    waiting an hour for its roll timer. (The last 8 are fewer than a window: a stream that
+    is merely quiet waits for the timer, here replaced by SIGTERM's commit.)"""
+    broker = start_broker(tmp_path / "cloud")
+    try:
+        root = tmp_path / "landing"
+        lander = Lander(broker, root, "lander-4", "--roll-seconds", "3600")
+        landers.append(lander)
+        uplink = Uplink(broker, v5=True)
+        for start in range(1, 201, 50):  # 50 at a time: within the broker's Receive Maximum
+            uplink.send_all(list(range(start, start + 50)))
+        wait_for_ids(root, {("gw-v5", seq) for seq in range(1, 193)})  # three windows of 64
+        assert lander.terminate() == 0
+        assert sorted(bronze_ids(root)) == [("gw-v5", seq) for seq in range(1, 201)]
+        uplink.close()
+    finally:
+        broker.stop()
 
 
 def test_sigterm_commits_and_acks_before_exit(
