@@ -230,6 +230,8 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         "[--master local[2]] [--driver-memory SIZE] [--shuffle-partitions 8] "
         "[--new-rows 100000] [--steps plain,silver,rollups,incremental] "
         "[--conf KEY=VALUE …] [--json FILE]",
+        ".venv/bin/python -m bench.cloud.lander_rate [--messages 5000] [--max-inflight 64] "
+        "[--roll-seconds 5] [--receive-maximum 1000]",
     )},
     ".venv/bin/python -m bench.cloud.tsbs_iot --rows 1000000 --out /tmp/tsbs/landing": (
         NotRunnable(BENCH),
