@@ -158,7 +158,8 @@ def test_acks_wait_for_the_commit(mosquitto: Mosquitto, tmp_path: Path, landers:
     """A lander killed while holding received-but-uncommitted messages loses none of them.
 
     Had it acknowledged on receipt, the broker would not deliver them again. (15 messages:
-    below mosquitto's in-flight cap of 20, which would make the lander commit on a stall.)
+    fewer than the Receive Maximum mosquitto announces, 20, at which a quiet stream makes
+    the lander commit.)
     """
     root = tmp_path / "landing"
     slow = Lander(mosquitto, root, "lander-1", "--roll-seconds", "60")

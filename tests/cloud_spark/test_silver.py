@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import gzip
 import json
+from pathlib import Path
 
-from pyspark.sql import Row, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.testing import assertDataFrameEqual
 
 from cloud_spark.jobs import silver
 from cloud_spark.jobs import silver_parse as sp
+from cloud_spark.tables import read_bronze
 from tests.cloud_spark.conftest import T0, bronze_frame, bronze_row, point_payload
 
 DAY = dt.date(2024, 6, 3)
@@ -385,18 +388,18 @@ def test_bad_input_goes_to_quarantine_with_its_reason(spark: SparkSession) -> No
     assert ledger.count() == len(BAD_INPUT)
 
 
-def test_corrupt_bronze_lines_are_quarantined(spark: SparkSession, tmp_path: object) -> None:
-    import gzip
-    from pathlib import Path
-
+def read_bronze_file(spark: SparkSession, tmp_path: object, lines: list[str]) -> DataFrame:
+    """Bronze as silver reads it: ``lines`` in one gzip file of a landing under ``tmp_path``."""
     directory = Path(str(tmp_path)) / "bronze" / "ingest_date=2024-06-03" / "ingest_hour=16"
     directory.mkdir(parents=True)
-    good = json.dumps(bronze_row(1, "devices/m/p", point_payload(1, T0)))
     with gzip.open(directory / "part-1.json.gz", "wt") as handle:
-        handle.write(good + "\n" + "{this is not json\n")
-    from cloud_spark import tables
+        handle.write("".join(line + "\n" for line in lines))
+    return read_bronze(spark, str(tmp_path))
 
-    bronze = tables.read_bronze(spark, str(tmp_path))
+
+def test_corrupt_bronze_lines_are_quarantined(spark: SparkSession, tmp_path: object) -> None:
+    good = json.dumps(bronze_row(1, "devices/m/p", point_payload(1, T0)))
+    bronze = read_bronze_file(spark, tmp_path, [good, "{this is not json"])
     parsed = silver.parse(bronze, silver.SilverParams())
     assertDataFrameEqual(
         silver.quarantine(parsed).select("payload", "reason", "ingest_date"),
@@ -408,20 +411,12 @@ def test_corrupt_bronze_lines_are_quarantined(spark: SparkSession, tmp_path: obj
 def test_parse_reads_bronze_once(spark: SparkSession, tmp_path: object) -> None:
     """One scan of the files for parse and dedupe together: rows without an id used to be
     kept apart and unioned back, and the plan read every bronze file a second time."""
-    import gzip
-    from pathlib import Path
-
-    from cloud_spark import tables
-
-    directory = Path(str(tmp_path)) / "bronze" / "ingest_date=2024-06-03" / "ingest_hour=16"
-    directory.mkdir(parents=True)
     rows = [
         bronze_row(1, "devices/m/p", point_payload(1, T0)),
         bronze_row(None, "devices/m/p", "x"),
     ]
-    with gzip.open(directory / "part-1.json.gz", "wt") as handle:
-        handle.write("".join(json.dumps(row) + "\n" for row in rows))
-    parsed = silver.parse(tables.read_bronze(spark, str(tmp_path)), silver.SilverParams())
+    bronze = read_bronze_file(spark, tmp_path, [json.dumps(row) for row in rows])
+    parsed = silver.parse(bronze, silver.SilverParams())
     plan = parsed._jdf.queryExecution().executedPlan().toString()
     assert plan.count("FileScan") == 1, plan
     assert parsed.count() == 2
