@@ -20,7 +20,6 @@ import argparse
 import gzip
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,13 +30,10 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from bench.compare import free_port
+from bench.uplink.drain import wait_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _landed(root: Path) -> tuple[int, int]:
@@ -50,13 +46,11 @@ def _landed(root: Path) -> tuple[int, int]:
     return len(seqs), len(files)
 
 
-def _wait_for_port(port: int, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
+def _wait_for_log(path: Path, text: str, deadline: float) -> None:
+    while text not in (path.read_text() if path.exists() else ""):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{path} never said {text!r}")
         time.sleep(0.05)
-    raise SystemExit(f"the broker did not listen on {port}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="lander-rate-"))
-    port = _free_port()
+    port = free_port()
     (work / "outpost.toml").write_text(
         f"[limits]\nmax_inflight = {args.max_inflight}\nreceive_maximum = {args.max_inflight}\n"
         "max_queued_messages = 10000000\nmax_queued_bytes = 10000000000\n"
@@ -84,19 +78,21 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     lander = None
     try:
-        _wait_for_port(port, time.monotonic() + 20)
+        wait_port(port)
         root = work / "landing"
-        lander = subprocess.Popen(
-            [
-                sys.executable, "-m", "cloud_spark", "land",
-                "--broker", f"127.0.0.1:{port}", "--topic", "outpost/#", "--root", str(root),
-                "--client-id", "lander-rate", "--roll-seconds", str(args.roll_seconds),
-                "--receive-maximum", str(args.receive_maximum),
-            ],
-            cwd=ROOT,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        time.sleep(2.0)  # the lander's subscription exists before the first publish
+        with (work / "lander.log").open("w") as log_file:  # the child keeps its own copy
+            lander = subprocess.Popen(
+                [
+                    sys.executable, "-m", "cloud_spark", "land",
+                    "--broker", f"127.0.0.1:{port}", "--topic", "outpost/#", "--root", str(root),
+                    "--client-id", "lander-rate", "--roll-seconds", str(args.roll_seconds),
+                    "--receive-maximum", str(args.receive_maximum),
+                ],
+                cwd=ROOT,
+                stderr=log_file,
+            )  # fmt: skip
+        # the lander's subscription exists before the first publish
+        _wait_for_log(work / "lander.log", "subscribed", time.monotonic() + 30)
         client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2, client_id="uplink-rate", protocol=mqtt.MQTTv5
         )
