@@ -1,7 +1,7 @@
 """Sans-I/O MQTT 3.1 / 3.1.1 / 5.0 codec.
 
-How this works: `decode(buf, version, max_packet_size)` parses one packet from the start of
-a buffer and returns `(packet, bytes_consumed)` or `NEED_DATA`; `encode(packet, version)`
+How this works: `decode(buf, version, max_packet_size, offset)` parses one packet at `offset`
+in a buffer and returns `(packet, bytes_consumed)` or `NEED_DATA`; `encode(packet, version)`
 returns the wire bytes. Nothing here does I/O, reads a clock or keeps state between calls:
 the caller owns the buffer and the negotiated version. Errors from the peer are
 `MQTTProtocolError` subclasses carrying the MQTT reason code; misuse of the encoder raises

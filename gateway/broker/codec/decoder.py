@@ -1,7 +1,8 @@
 """Dispatch: `decode` one packet from the front of a buffer, `encode` one packet to bytes.
 
 How this works (sans-I/O, after h11): the caller owns the receive buffer and calls
-`decode(buf, version)` whenever bytes arrive. The fixed header is read first:
+`decode(buf, version, max_packet_size, offset)` whenever bytes arrive. The fixed header is
+read first:
 
 1. The first byte is checked against a 256-entry table per `version` (0 = no CONNECT yet,
    3, 4, 5): reserved packet type 0, wrong reserved flags (PUBREL/SUBSCRIBE/UNSUBSCRIBE
@@ -124,30 +125,33 @@ def decode(
     buf: bytes | bytearray | memoryview,
     version: int,
     max_packet_size: int = DEFAULT_MAX_PACKET_SIZE,
+    offset: int = 0,
 ) -> tuple[Packet, int] | NeedData:
-    """Decode one packet from the start of `buf`.
+    """Decode one packet from `buf`, starting at `offset`.
 
     `version` is the negotiated protocol level (3, 4 or 5), or 0 before CONNECT (then only
     CONNECT is accepted). Returns `(packet, bytes_consumed)` or `NEED_DATA`; raises an
     `MQTTProtocolError` subclass (with its reason code) if the bytes break the protocol,
     `PacketTooLarge` as soon as the fixed header announces more than `max_packet_size`.
+    A `bytes` buffer is read in place (the family decoders only read between the packet's
+    start and end), so a reader decoding a burst of packets copies none of them.
     """
     table = _FIRST_OK.get(version)
     if table is None:
         raise LocalProtocolError(f"unknown protocol version {version!r}")
-    n = len(buf)
-    if not n:
+    n = len(buf) - offset
+    if n <= 0:
         return NEED_DATA
-    first = buf[0]
+    first = buf[offset]
     if not table[first]:
         _reject_first(first, version)
     if n < 2:
         return NEED_DATA
-    remaining = buf[1]
+    remaining = buf[offset + 1]
     if remaining < 0x80:
         start = 2
     else:
-        parsed = parse_remaining_length(buf, n)
+        parsed = parse_remaining_length(buf, n, offset)
         if parsed is None:
             return NEED_DATA
         remaining, start = parsed
@@ -157,8 +161,9 @@ def decode(
     if n < total:
         return NEED_DATA
     if type(buf) is not bytes:
-        buf = bytes(memoryview(buf)[:total])
-    return _DECODERS[first >> 4](first, buf, start, total, version), total
+        buf = bytes(memoryview(buf)[offset : offset + total])
+        offset = 0
+    return _DECODERS[first >> 4](first, buf, offset + start, offset + total, version), total
 
 
 _ENCODERS: dict[type, Callable[[Any, int], bytes]] = {

@@ -48,8 +48,11 @@ _ONE_BYTE = tuple(bytes((i,)) for i in range(256))
 # --------------------------------------------------------------------------- decoding
 
 
-def parse_remaining_length(buf: bytes | bytearray | memoryview, n: int) -> tuple[int, int] | None:
-    """Parse the remaining length starting at `buf[1]`; `n` is how many bytes `buf` holds.
+def parse_remaining_length(
+    buf: bytes | bytearray | memoryview, n: int, offset: int = 0
+) -> tuple[int, int] | None:
+    """Parse the remaining length of the packet at `buf[offset]` (its length starts at
+    `buf[offset + 1]`); `n` is how many bytes `buf` holds from `offset` on.
 
     Returns `(remaining_length, header_length)` or None if the varint is not complete yet.
     A fifth length byte or a non-minimal encoding ([MQTT-1.5.5-1]) is malformed.
@@ -58,7 +61,7 @@ def parse_remaining_length(buf: bytes | bytearray | memoryview, n: int) -> tuple
     shift = 0
     i = 1
     while i < n:
-        byte = buf[i]
+        byte = buf[offset + i]
         value |= (byte & 0x7F) << shift
         if byte < 0x80:
             if byte == 0 and i > 1:

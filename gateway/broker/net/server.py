@@ -159,13 +159,14 @@ class MQTTConnection(admission.ClientConnection):
         end = len(data)
         try:
             while offset < end and not conn.closed:
-                view = memoryview(data)[offset:] if offset else data
-                result = decode(view, conn.version, max_size)
+                result = decode(data, conn.version, max_size, offset)
                 if result is NEED_DATA:
                     break
                 packet, used = result
                 raw = b""
-                if type(packet) is Publish and packet.qos == 0:
+                if type(packet) is Publish and packet.qos == 0 and not packet.retain:
+                    # Forwarded as they came; a retained message is kept, and its own bytes
+                    # would only add to what every retained topic costs in memory.
                     raw = data[offset:offset + used] if offset or used != end else data
                 elif conn.version == 0 and type(packet) is Connect:
                     admitted = server.admission.on_connect(self, packet)

@@ -40,6 +40,13 @@ def test_trailing_bytes_stay_unread(case: Golden) -> None:
 
 
 @pytest.mark.parametrize("case", GOLDEN, ids=_id)
+def test_decode_in_place_at_an_offset(case: Golden) -> None:
+    # How the server reads a burst: one bytes object, no copy per packet.
+    buf = TRAILER + case.data + TRAILER
+    assert decode(buf, case.version, offset=len(TRAILER)) == (case.packet, len(case.data))
+
+
+@pytest.mark.parametrize("case", GOLDEN, ids=_id)
 def test_encode_exact_bytes(case: Golden) -> None:
     assert encode(case.packet, case.version).hex() == case.hex
 
@@ -63,6 +70,7 @@ def test_back_to_back_stream(version: int) -> None:
     for case in cases:
         result = decode(memoryview(stream)[offset:], version)
         assert result == (case.packet, len(case.data)), case.name
+        assert decode(stream, version, offset=offset) == result, case.name
         offset += len(case.data)
     assert offset == len(stream)
 

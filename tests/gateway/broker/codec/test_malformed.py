@@ -47,6 +47,10 @@ def test_trailing_bytes_do_not_change_the_error(case: Malformed) -> None:
     with pytest.raises(MQTTProtocolError) as info:
         decode(bytearray(case.data + TRAILER), case.version, case.max_packet_size)
     assert info.value.reason_code == case.reason_code
+    # In place, the bytes around the packet are there to be misread: they must not be.
+    with pytest.raises(MQTTProtocolError) as info:
+        decode(TRAILER + case.data + TRAILER, case.version, case.max_packet_size, len(TRAILER))
+    assert info.value.reason_code == case.reason_code
 
 
 @pytest.mark.parametrize("case", MALFORMED, ids=_id)
