@@ -11,6 +11,10 @@ broker whether storing a message would take them past `max_messages` / `max_byte
 topic's message only counts the difference; deleting always fits). While a message would fit
 even on a new topic, `has_room` answers without walking the trie.
 
+Retained messages come in bursts under one parent (a device's points, a bulk load), so `set`
+remembers the node of the last parent topic it walked to and starts there when the next topic
+has the same parent; a delete, which may prune that node, forgets it.
+
 Memory: most topics have nothing retained below them, so such a topic's last level holds its
 `Message` directly instead of a node, and a node's children dict only exists once it has a
 child.
@@ -43,6 +47,7 @@ class RetainedStore:
 
     def __init__(self, max_messages: int = 0, max_bytes: int = 0) -> None:
         self._root = _Node()
+        self._last_parent: tuple[str, _Node] | None = None
         self.count = 0
         self.bytes = 0
         self.max_messages = max_messages  # 0: no limit
@@ -64,11 +69,36 @@ class RetainedStore:
 
     def set(self, message: Message) -> bool:
         """Store `message` for its topic (an empty payload deletes). True if anything changed."""
-        levels = message.topic.split("/")
+        topic = message.topic
         if not message.payload:
-            return self._delete(levels)
+            return self._delete(topic.split("/"))
+        parent, slash, leaf = topic.rpartition("/")
+        node = self._parent_node(parent) if slash else self._root
+        children = node.children
+        if children is None:
+            children = node.children = {}
+        entry = children.get(leaf)
+        if isinstance(entry, _Node):
+            old = entry.message
+            entry.message = message
+        else:
+            old = entry
+            children[leaf] = message
+        if old is None:
+            self.count += 1
+        else:
+            self.bytes -= old.size
+        self.bytes += message.size
+        return True
+
+    def _parent_node(self, parent: str) -> _Node:
+        """The node of topic `parent`, made if missing. The last one is remembered:
+        publishers set retained messages in bursts under one parent (a device's points)."""
+        last = self._last_parent
+        if last is not None and last[0] == parent:
+            return last[1]
         node = self._root
-        for level in levels[:-1]:
+        for level in parent.split("/"):
             children = node.children
             if children is None:
                 children = node.children = {}
@@ -76,22 +106,8 @@ class RetainedStore:
             if not isinstance(entry, _Node):  # none yet, or a leaf message: now a node
                 entry = children[level] = _Node(message=entry)
             node = entry
-        children = node.children
-        if children is None:
-            children = node.children = {}
-        entry = children.get(levels[-1])
-        if isinstance(entry, _Node):
-            old = entry.message
-            entry.message = message
-        else:
-            old = entry
-            children[levels[-1]] = message
-        if old is None:
-            self.count += 1
-        else:
-            self.bytes -= old.size
-        self.bytes += message.size
-        return True
+        self._last_parent = (parent, node)
+        return node
 
     def get(self, topic: str) -> Message | None:
         """The retained message of exactly `topic`."""
@@ -103,6 +119,7 @@ class RetainedStore:
         return entry.message if isinstance(entry, _Node) else entry
 
     def _delete(self, levels: list[str]) -> bool:
+        self._last_parent = None  # the node may be pruned below
         path = [self._root]  # path[d] is the node of levels[d - 1]
         for level in levels[:-1]:
             children = path[-1].children
