@@ -245,6 +245,7 @@ class Lander:
                 for committed in self.writer.append(encode_record(record), ingest_ms, token):
                     self._acknowledge(committed)
                 self._received += 1
+                log.debug("received %s (%d pending)", message.topic.value, self.writer.pending)
                 if self.writer.due() or self.writer.pending >= self.cfg.receive_maximum:
                     await self._commit_locked(ack=True)
                 elif self.writer.pending >= self._window:

@@ -8,6 +8,7 @@ re-planning cost far more than they save, and results do not depend on them.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from cloud_spark import schemas
+from cloud_spark.records import encode_record, partition_dir
 from cloud_spark.spark import get_spark
 from tests.support.mosquitto import Mosquitto, mosquitto_available, start_mosquitto
 
@@ -74,6 +76,17 @@ def bronze_row(
 
 def point_payload(value: Any, ts: int, quality: str = "good", unit: str | None = "kW") -> str:
     return json.dumps({"value": value, "unit": unit, "ts": ts, "quality": quality})
+
+
+def write_bronze(root: Path, name: str, rows: Sequence[dict[str, Any]], *, ingest_ms: int
+                      ) -> Path:
+    """A landed bronze file `name` (gzipped JSON lines) in the partition of `ingest_ms`."""
+    path = root / "bronze" / partition_dir(ingest_ms) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wb") as handle:
+        for row in rows:
+            handle.write(encode_record(row))
+    return path
 
 
 def bronze_frame(spark: SparkSession, rows: Sequence[dict[str, Any]]) -> DataFrame:

@@ -19,8 +19,7 @@ from pyspark.testing import assertDataFrameEqual
 from cloud_spark import contract as c
 from cloud_spark.jobs import availability, silver
 from cloud_spark.tables import read_table
-from tests.cloud_spark.conftest import T0, bronze_row, point_payload
-from tests.cloud_spark.test_incremental import _write
+from tests.cloud_spark.conftest import T0, bronze_row, point_payload, write_bronze
 
 MIN = 60_000
 DAY = 86_400_000
@@ -97,7 +96,7 @@ def test_incremental_availability_equals_a_full_run(spark: SparkSession, tmp_pat
     root, inc, full = tmp_path / "landing", tmp_path / "incremental", tmp_path / "full"
     results = []
     for number, rows in enumerate(batches()):
-        _write(root, f"part-{number}.json.gz", rows, ingest_ms=START + (number + 3) * DAY)
+        write_bronze(root, f"part-{number}.json.gz", rows, ingest_ms=START + (number + 3) * DAY)
         silver.run(spark, str(root), str(inc), silver.SilverParams())
         results.append(availability.run(spark, "", str(inc), PARAMS))
     assert results[0]["recomputed_days"] == "all"

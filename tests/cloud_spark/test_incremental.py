@@ -21,9 +21,9 @@ from pyspark.testing import assertDataFrameEqual
 from bench.cloud.tsbs_iot import GenConfig, generate
 from cloud_spark import bronze_files as bf
 from cloud_spark.jobs import rollups, silver
-from cloud_spark.records import encode_record, partition_dir
+from cloud_spark.records import partition_dir
 from cloud_spark.tables import append_table, read_bronze, read_table
-from tests.cloud_spark.conftest import T0, bronze_row, point_payload
+from tests.cloud_spark.conftest import T0, bronze_row, point_payload, write_bronze
 
 SILVER = ("messages", "points", "status", "device_diagnostics", "uplink_diagnostics", "quarantine")
 
@@ -56,7 +56,7 @@ def _redeliver(root: Path, files: list[Path], name: str, delay_ms: int) -> int:
     for row in rows:
         row["ingest_ms"] += delay_ms
         row["lander_id"] = "lander-redelivery"
-    _write(root, name, rows, ingest_ms=rows[0]["ingest_ms"])
+    write_bronze(root, name, rows, ingest_ms=rows[0]["ingest_ms"])
     return len(rows)
 
 
@@ -144,13 +144,13 @@ def test_rollups_recompute_the_touched_days_and_equal_a_full_run(
         return bronze_row(seq, topic, point_payload(value, event_ms), received_ms=event_ms)
 
     first = [sample(i + 1, T0 + i * DAY // 4, 10.0 + i) for i in range(8)]  # 2 days, 6 h apart
-    _write(root, "part-a.json.gz", first, ingest_ms=T0)
+    write_bronze(root, "part-a.json.gz", first, ingest_ms=T0)
     silver.run(spark, str(root), str(out), silver.SilverParams())
     params = rollups.RollupParams(max_hold_ms=2 * 3_600_000)
     assert rollups.run(spark, "", str(out), params)["recomputed_days"] == "all"
     midnight = (T0 // DAY + 1) * DAY
     later = [sample(20, midnight - 60_000, 99.0), sample(21, midnight + DAY + 300_000, 5.0)]
-    _write(root, "part-b.json.gz", later, ingest_ms=T0 + 2 * DAY)
+    write_bronze(root, "part-b.json.gz", later, ingest_ms=T0 + 2 * DAY)
     silver.run(spark, str(root), str(out), silver.SilverParams())
     again = rollups.run(spark, "", str(out), params)
     assert again["recomputed_days"] == 4  # the 2 touched days and the day after each
@@ -171,15 +171,6 @@ def test_rollups_recompute_the_touched_days_and_equal_a_full_run(
     assert held.first()["twa"] is not None  # type: ignore[index]  # 99.0 held past midnight
 
 
-def _write(root: Path, name: str, rows: list[dict[str, Any]], *, ingest_ms: int) -> Path:
-    path = root / "bronze" / partition_dir(ingest_ms) / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wb") as handle:
-        for row in rows:
-            handle.write(encode_record(row))
-    return path
-
-
 def test_an_earlier_copy_landed_later_replaces_the_kept_one(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -187,10 +178,10 @@ def test_an_earlier_copy_landed_later_replaces_the_kept_one(
     root, out = tmp_path / "landing", tmp_path / "tables"
     topic = "devices/m1/power"
     first = bronze_row(1, topic, point_payload(1.0, T0), ingest_ms=T0 + 9000, lander="b")
-    _write(root, "part-1.json.gz", [first], ingest_ms=T0 + 9000)
+    write_bronze(root, "part-1.json.gz", [first], ingest_ms=T0 + 9000)
     silver.run(spark, str(root), str(out), silver.SilverParams())
     earlier = bronze_row(1, topic, point_payload(1.0, T0), ingest_ms=T0 + 500, lander="a")
-    _write(root, "part-2.json.gz", [earlier], ingest_ms=T0 + 500)
+    write_bronze(root, "part-2.json.gz", [earlier], ingest_ms=T0 + 500)
     silver.run(spark, str(root), str(out), silver.SilverParams())
     (point,) = read_table(spark, str(out), "points").collect()
     assert (point["ingest_ms"], point["copies"]) == (T0 + 500, 2)
@@ -204,12 +195,12 @@ def test_bad_files_are_recorded_with_a_reason_and_never_reread(
     root, out = tmp_path / "landing", tmp_path / "tables"
     topic = "devices/m1/power"
     good = [bronze_row(seq, topic, point_payload(seq, T0 + seq)) for seq in range(1, 4)]
-    _write(root, "part-good.json.gz", good, ingest_ms=T0)
+    write_bronze(root, "part-good.json.gz", good, ingest_ms=T0)
     unknown = bronze_row(4, "somewhere/else", point_payload(4, T0))
-    one_bad = _write(root, "part-one-bad-line.json.gz", [unknown], ingest_ms=T0)
+    one_bad = write_bronze(root, "part-one-bad-line.json.gz", [unknown], ingest_ms=T0)
     with gzip.open(one_bad, "ab") as handle:
         handle.write(b'{"gateway": "gw-1", "seq": \n')
-    truncated = _write(
+    truncated = write_bronze(
         root,
         "part-truncated.json.gz",
         [bronze_row(seq, topic, point_payload(seq, T0 + seq)) for seq in range(10, 400)],
@@ -217,7 +208,9 @@ def test_bad_files_are_recorded_with_a_reason_and_never_reread(
     )
     truncated.write_bytes(truncated.read_bytes()[:-200])
     (root / "bronze" / partition_dir(T0) / "part-empty.json.gz").write_bytes(b"")
-    doomed = _write(root, "part-vanishing.json.gz", [bronze_row(500, topic, "{}")], ingest_ms=T0)
+    doomed = write_bronze(
+        root, "part-vanishing.json.gz", [bronze_row(500, topic, "{}")], ingest_ms=T0
+    )
 
     listed = bf.list_bronze(spark, str(root))
     assert len(listed) == 5

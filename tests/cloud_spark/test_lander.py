@@ -38,13 +38,14 @@ EPOCH = "9f0c2b1e-0000-4000-8000-000000000001"
 
 
 class Lander:
-    """``python -m cloud_spark land`` as a child process; stderr collected line by line."""
+    """``python -m cloud_spark land`` as a child process; stderr collected line by line (at
+    DEBUG: a line per received message, which the tests wait for)."""
 
     def __init__(
         self, broker: Mosquitto | BrokerProcess, root: Path, client_id: str, *extra: str
     ) -> None:
         cmd = [
-            sys.executable, "-m", "cloud_spark", "land",
+            sys.executable, "-m", "cloud_spark", "--log-level", "DEBUG", "land",
             "--broker", f"{broker.host}:{broker.port}",
             "--topic", "outpost/#",
             "--root", str(root),
@@ -166,7 +167,7 @@ def test_acks_wait_for_the_commit(mosquitto: Mosquitto, tmp_path: Path, landers:
     landers.append(slow)
     uplink = Uplink(mosquitto, v5=True)
     uplink.send_all(list(range(1, 16)))
-    time.sleep(1.0)  # the lander has them by now, in an open (uncommitted) file
+    slow.wait_for("(15 pending)")  # all in an open (uncommitted) file
     assert bronze_ids(root) == []
     assert len(list(root.glob("bronze/*/*/.part-*.tmp"))) == 1
     slow.kill()
@@ -210,16 +211,18 @@ def test_sigterm_commits_and_acks_before_exit(
     landers.append(lander)
     uplink = Uplink(mosquitto, v5=False)
     uplink.send_all(list(range(1, 11)))
-    time.sleep(0.5)
+    lander.wait_for("(10 pending)")
     assert bronze_ids(root) == []
     assert lander.terminate() == 0
     assert sorted(bronze_ids(root)) == [("gw-v311", seq) for seq in range(1, 11)]
-    # the acks reached the broker before the disconnect: nothing is delivered again
+    # The acks reached the broker before the disconnect: nothing is delivered again. The
+    # session's unacknowledged messages would come first, before a new one.
     again = Lander(mosquitto, root, "lander-2", "--roll-seconds", "0.1")
     landers.append(again)
-    time.sleep(1.0)
+    uplink.send_all([11])
+    wait_for_ids(root, {("gw-v311", 11)})
     assert again.terminate() == 0
-    assert len(bronze_ids(root)) == 10
+    assert sorted(bronze_ids(root)) == [("gw-v311", seq) for seq in range(1, 12)]
     uplink.close()
 
 

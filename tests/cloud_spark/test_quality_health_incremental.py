@@ -23,9 +23,8 @@ from pyspark.testing import assertDataFrameEqual
 from cloud_spark import contract as c
 from cloud_spark.jobs import health, quality, silver
 from cloud_spark.tables import read_table
-from tests.cloud_spark.conftest import T0, bronze_row, point_payload
+from tests.cloud_spark.conftest import T0, bronze_row, point_payload, write_bronze
 from tests.cloud_spark.frames import table
-from tests.cloud_spark.test_incremental import _write
 
 MIN = 60_000
 HOUR = 60 * MIN
@@ -126,7 +125,7 @@ def test_incremental_quality_and_health_equal_a_full_run(
     root, inc, full = tmp_path / "landing", tmp_path / "incremental", tmp_path / "full"
     results = []
     for number, rows in enumerate(batches()):
-        _write(root, f"part-{number}.json.gz", rows, ingest_ms=D3 + 13 * HOUR + number * DAY)
+        write_bronze(root, f"part-{number}.json.gz", rows, ingest_ms=D3 + 13 * HOUR + number * DAY)
         silver.run(spark, str(root), str(inc), silver.SilverParams())
         results.append(
             (quality.run(spark, "", str(inc), QUALITY), health.run(spark, "", str(inc), HEALTH))
