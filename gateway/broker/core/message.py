@@ -6,7 +6,8 @@ identifiers, remaining expiry). The first subscriber of a shape pays for `encode
 cached on the message and every later subscriber of the same shape reuses them, patching only
 the first byte (DUP / QoS / RETAIN flags) and the two packet-identifier bytes. A QoS 0 message
 from a 3.1.x publisher is seeded with the publisher's own bytes, so forwarding it to 3.1.x
-subscribers encodes nothing at all.
+subscribers encodes nothing at all (not a retained one: it stays in the retained store, where
+that copy would only add to the memory every retained topic costs).
 
 Memory: a message often waits long (a retained message, a queue for an offline client), so the
 commonest shape, QoS 0 for 3.1.x subscribers (the same bytes for 3.1 and 3.1.1), has a slot of

@@ -5,9 +5,10 @@ How this works: `on_publish` resolves the topic alias and asks `publish_refusal`
 format, receive maximum, topic limits, `$SYS`); a protocol error closes, another refusal is
 answered per QoS; then the ACL hook decides write access. `accept` refuses what the durable
 store cannot take (and, from v5 publishers, retained messages over the retained limits),
-builds the `Message` (seeding it with the raw bytes for QoS 0), routes it through the broker,
-pauses the publisher when flow control says so (engine/flow_control.py) and answers PUBACK /
-PUBREC — gated on the store flush when the hooks are durable. The ack handlers move deliveries
+builds the `Message` (seeding it with the raw bytes the server kept for a QoS 0 message that
+is not retained), routes it through the broker, pauses the publisher when flow control says so
+(engine/flow_control.py) and answers PUBACK / PUBREC — gated on the store flush when the hooks
+are durable. The ack handlers move deliveries
 through the session window and report stored state changes to the hooks. Pure and synchronous.
 """
 
