@@ -1,4 +1,4 @@
-"""Dispatch: `decode` one packet from the front of a buffer, `encode` one packet to bytes.
+"""Dispatch: `decode` one packet from a buffer (at an offset), `encode` one packet to bytes.
 
 How this works (sans-I/O, after h11): the caller owns the receive buffer and calls
 `decode(buf, version, max_packet_size, offset)` whenever bytes arrive. The fixed header is

@@ -8,8 +8,8 @@ store cannot take (and, from v5 publishers, retained messages over the retained 
 builds the `Message` (seeding it with the raw bytes the server kept for a QoS 0 message that
 is not retained), routes it through the broker, pauses the publisher when flow control says so
 (engine/flow_control.py) and answers PUBACK / PUBREC — gated on the store flush when the hooks
-are durable. The ack handlers move deliveries
-through the session window and report stored state changes to the hooks. Pure and synchronous.
+are durable. The ack handlers move deliveries through the session window and report stored
+state changes to the hooks. Pure and synchronous.
 """
 
 from __future__ import annotations
