@@ -53,6 +53,7 @@ def landed(
     result = json.loads(printed.getvalue().strip().splitlines()[-1])
     assert result["job"] == "silver"
     assert result["bronze_rows"] == manifest.rows
+    assert result["late"] == read_table(spark, str(out), "points").where("is_late").count() > 0
     return root, out, manifest
 
 
