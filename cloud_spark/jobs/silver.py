@@ -287,8 +287,9 @@ def _partitions(frame: DataFrame, column: str) -> list[Any]:
     return [row[0] for row in frame.select(column).distinct().collect() if row[0] is not None]
 
 
-def _partitions_and_seen(frame: DataFrame, column: str, seen: DataFrame) -> tuple[set[Any],
-                                                                                 set[Any]]:
+def _partitions_and_seen(
+    frame: DataFrame, column: str, seen: DataFrame
+) -> tuple[set[Any], set[Any]]:
     """The partitions `frame` has rows in, and those holding a row of an id in `seen`
     (one job: the look-ups are what a small incremental run mostly spends its time on)."""
     flagged = frame.join(seen.withColumn("_seen", F.lit(True)), ID, "left")
