@@ -78,8 +78,9 @@ def point_payload(value: Any, ts: int, quality: str = "good", unit: str | None =
     return json.dumps({"value": value, "unit": unit, "ts": ts, "quality": quality})
 
 
-def write_bronze(root: Path, name: str, rows: Sequence[dict[str, Any]], *, ingest_ms: int
-                      ) -> Path:
+def write_bronze(
+    root: Path, name: str, rows: Sequence[dict[str, Any]], *, ingest_ms: int
+) -> Path:
     """A landed bronze file `name` (gzipped JSON lines) in the partition of `ingest_ms`."""
     path = root / "bronze" / partition_dir(ingest_ms) / name
     path.parent.mkdir(parents=True, exist_ok=True)
