@@ -24,6 +24,10 @@ class StorageConfig(Section):
     commit_interval_ms: Annotated[float, Field(ge=0, le=1000)] = Field(
         default=2.0, description="how long a group commit may wait to gather more work"
     )
+    ack_hold_ms: Annotated[float, Field(ge=0, le=10_000)] = Field(
+        default=1000.0, description="how long the PUBACKs of a slow publisher that keeps several "
+        "messages in flight may wait so its messages share one commit (flash wear; 0: never)"
+    )
     queue_page: Annotated[int, Field(ge=10, le=100_000)] = Field(
         default=1000, description="queued messages per offline session kept in memory"
     )

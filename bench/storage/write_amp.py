@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.storage.write_amp [--rate 1000] [--duration 60]
         [--subscriber offline|online] [--durability full] [--commit-interval-ms 2]
+        [--ack-hold-ms 1000]
         [--page-size N] [--wal-autocheckpoint N]
 
 One QoS 1 publisher sends 64-byte payloads at `--rate` msg/s on an absolute schedule (up to
@@ -36,6 +37,7 @@ max_queued_bytes = 100000000000
 [storage]
 durability = "{durability}"
 commit_interval_ms = {interval}
+ack_hold_ms = {ack_hold}
 
 [status]
 enabled = false
@@ -73,7 +75,8 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
         tuning += ["--wal-autocheckpoint", str(args.wal_autocheckpoint)]
     broker = common.start_outpost(
         workdir, state, CONFIG.format(durability=args.durability,
-                                      interval=args.commit_interval_ms),
+                                      interval=args.commit_interval_ms,
+                                      ack_hold=args.ack_hold_ms),
         tuning=tuple(tuning))
     try:
         common.prepare_offline_sessions(broker.port, "bench-wa-sub", 1, "bench/wa/#")
@@ -105,7 +108,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
         messages = a1 - a0
         result: dict[str, object] = {
             "subscriber": args.subscriber, "durability": args.durability,
-            "commit_interval_ms": args.commit_interval_ms,
+            "commit_interval_ms": args.commit_interval_ms, "ack_hold_ms": args.ack_hold_ms,
             "page_size": args.page_size or "default", "wal_autocheckpoint":
                 args.wal_autocheckpoint or "default",
             "rate": round(messages / (t1 - t0)), "messages": messages,
@@ -127,6 +130,7 @@ def main() -> None:
     parser.add_argument("--subscriber", choices=("offline", "online"), default="offline")
     parser.add_argument("--durability", choices=("full", "normal"), default="full")
     parser.add_argument("--commit-interval-ms", type=float, default=2.0)
+    parser.add_argument("--ack-hold-ms", type=float, default=1000.0)
     parser.add_argument("--page-size", type=int, default=0)
     parser.add_argument("--wal-autocheckpoint", type=int, default=0)
     parser.add_argument("--json", type=Path)

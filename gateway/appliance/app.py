@@ -132,7 +132,7 @@ async def serve(
     if callable(store_stats):  # commit latency, batch sizes, bytes written
         broker.sys.sources["store"] = store_stats
     broker.restore(hooks.restore(), loop.time())
-    server = Server(broker, security)
+    server = Server(broker, security, ack_hold=config.storage.ack_hold_ms / 1000)
     stop_event = stop or asyncio.Event()
     daemon = Daemon(config, broker, reload_config, stop_timeout=stop_timeout,
                     hard_exit=hard_exit)

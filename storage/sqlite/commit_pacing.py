@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from gateway.base.wakeable import WakeableSleep
+
 BIG_BATCH = 2000  # events that start a commit without waiting for the interval
 # While events keep arriving, a commit may wait up to this long after the first request:
 # at 1,000 msg/s that is ~50 messages per fsync instead of ~2 (flash wear).
@@ -25,12 +27,12 @@ class CommitPacer:
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self.streaming = False  # events arrived while the last commit ran
-        self._wake: asyncio.Future[None] | None = None
+        self._sleeper = WakeableSleep()
 
     def grew(self, ops: int) -> None:
         """The batch now holds `ops` events: a big one ends the wait."""
-        if ops >= BIG_BATCH and self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
+        if ops >= BIG_BATCH:
+            self._sleeper.wake()
 
     async def wait(
         self, loop: asyncio.AbstractEventLoop, first: float, ops: Callable[[], int]
@@ -78,17 +80,5 @@ class CommitPacer:
 
     async def _sleep(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
         """Sleep up to `delay` seconds; BIG_BATCH events wake it early."""
-        if delay <= 0:
-            return
-        wake = self._wake = loop.create_future()
-        handle = loop.call_later(delay, _resolve, wake)
-        try:
-            await wake
-        finally:
-            handle.cancel()
-            self._wake = None
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+        if delay > 0:
+            await self._sleeper.until(loop, loop.time() + delay)

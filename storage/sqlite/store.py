@@ -81,7 +81,8 @@ log = logging.getLogger("outpost.storage")
 # (docs/storage.md, bench/storage/write_amp.py). Fixed when the file is created.
 PAGE_SIZE = 1024
 WAL_AUTOCHECKPOINT = 4000  # pages (4 MiB) in the WAL before a commit checkpoints it
-IDLE_COMMIT_SECONDS = 0.1  # events nobody flushes (acks from subscribers) are committed by then
+# Events nobody flushes (acks from subscribers) are committed by then, at the least.
+IDLE_COMMIT_SECONDS = 0.1
 SPACE_CHECK_SECONDS = 1.0
 
 class StoreError(Exception):
@@ -106,6 +107,7 @@ class SqliteStore(BrokerHooks):
         page_size: int = PAGE_SIZE,
         wal_autocheckpoint: int = WAL_AUTOCHECKPOINT,
         reserve_bytes: int = RESERVE_BYTES,
+        idle_commit: float | None = None,
         monotonic: Callable[[], float] | None = None,
         wall: Callable[[], float] | None = None,
     ) -> None:
@@ -115,6 +117,8 @@ class SqliteStore(BrokerHooks):
         self.path = self.state_dir / recovery.DB_NAME
         self.durability = durability
         self.commit_interval = commit_interval_ms / 1000
+        # Events nobody flushes are committed within this many seconds.
+        self.idle_commit = IDLE_COMMIT_SECONDS if idle_commit is None else idle_commit
         self.queue_page = queue_page
         self.max_db_bytes = max_db_bytes
         self.min_free_bytes = min_free_bytes
@@ -170,11 +174,17 @@ class SqliteStore(BrokerHooks):
     def from_config(
         cls, storage: StorageConfig, state_dir: Path, gateway_id: str, **kwargs: Any
     ) -> SqliteStore:
-        """The store a `[storage]` section asks for."""
+        """The store a `[storage]` section asks for.
+
+        The idle commit waits at least `ack_hold_ms`: the broker flushes a held publisher's
+        messages when its hold ends, and an earlier commit of them would be an fsync of its
+        own (gateway/broker/net/ack_hold.py).
+        """
         return cls(
             state_dir, durability=storage.durability, gateway_id=gateway_id,
             commit_interval_ms=storage.commit_interval_ms, queue_page=storage.queue_page,
-            max_db_bytes=storage.max_db_bytes, min_free_bytes=storage.min_free_bytes, **kwargs,
+            max_db_bytes=storage.max_db_bytes, min_free_bytes=storage.min_free_bytes,
+            idle_commit=max(IDLE_COMMIT_SECONDS, storage.ack_hold_ms / 1000), **kwargs,
         )
 
     # -- identifiers ---------------------------------------------------------------------
@@ -340,7 +350,7 @@ class SqliteStore(BrokerHooks):
         if loop is None or loop.is_closed():
             return
         self._scheduled = True
-        loop.call_later(IDLE_COMMIT_SECONDS, self._idle_commit)
+        loop.call_later(self.idle_commit, self._idle_commit)
 
     def _idle_commit(self) -> None:
         self._scheduled = False

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 
 import pytest
 
 from gateway.broker.contracts.hooks import SessionRecord
 from gateway.broker.core.session import NEVER_EXPIRES
+from storage.config import StorageConfig
 from storage.sqlite import writer
+from storage.sqlite.store import IDLE_COMMIT_SECONDS, SqliteStore
 from tests.storage.conftest import StoreFactory, delivery, flush, msg, rows, run
 
 
@@ -62,3 +65,17 @@ def test_work_arriving_during_a_commit_is_gathered_until_the_stream_ends(
     run(scenario())
     assert calls == [1, 10]
     assert rows(store, "SELECT count(*) FROM deliveries") == [(11,)]
+
+
+def test_the_idle_commit_waits_at_least_as_long_as_the_broker_holds_acknowledgements(
+    tmp_path: Path,
+) -> None:
+    # The broker flushes a held publisher's messages when its hold ends; an idle commit of
+    # them before that would be an fsync of its own (gateway/broker/net/ack_hold.py).
+    for ack_hold_ms, idle in ((1500, 1.5), (0, IDLE_COMMIT_SECONDS)):
+        store = SqliteStore.from_config(
+            StorageConfig(ack_hold_ms=ack_hold_ms), tmp_path / str(ack_hold_ms), "gw")
+        try:
+            assert store.idle_commit == idle
+        finally:
+            store.close_sync()

@@ -9,7 +9,9 @@ connection's list into a single `transport.write` (write coalescing).
 Durable acknowledgements: when the hooks are durable, `write(..., gated=True)` (a PUBACK or
 PUBREC for a stored message) holds that connection's output, from that point on, until a
 `hooks.flush()` that started after the write has completed. One flush serves every connection
-that was waiting (group commit), and each connection's output stays in order.
+that was waiting (group commit), and each connection's output stays in order. A slow
+publisher that keeps several messages in flight has its acknowledgements held a little longer,
+so that its messages share one commit (gateway/broker/net/ack_hold.py: flash wear).
 
 Back-pressure towards a subscriber: when a transport's buffer passes the high-water mark asyncio
 calls `pause_writing`; the broker then queues that client's messages in its bounded session
@@ -42,6 +44,7 @@ import logging
 from pathlib import Path
 from typing import cast
 
+from gateway.base.wakeable import WakeableSleep
 from gateway.broker.codec import NEED_DATA, decode
 from gateway.broker.codec.errors import MQTTProtocolError, UnsupportedProtocolVersion
 from gateway.broker.codec.packets import Connect, Publish
@@ -51,6 +54,7 @@ from gateway.broker.core.session import Connection
 from gateway.broker.engine.broker import Broker
 from gateway.broker.engine.delivery import HIGH_WATER
 from gateway.broker.net import admission, listeners
+from gateway.broker.net.ack_hold import AckPace, hold_until
 
 log = logging.getLogger("outpost.server")
 
@@ -67,6 +71,7 @@ _UNSUPPORTED_VERSION_CONNACK = b"\x20\x02\x00\x01"  # 3.1.1 CONNACK, return code
 # so the client hears why instead of nothing: 0x88 server unavailable, 3.1.1 return code 3.
 _UNSTORED_CONNACK_V5 = b"\x20\x03\x00\x88\x00"
 _UNSTORED_CONNACK_V3 = b"\x20\x02\x00\x03"
+_PUBACK, _PUBREC = 4, 5  # packet types whose durable acknowledgement may be held (ack_hold)
 
 
 class MQTTConnection(admission.ClientConnection):
@@ -75,8 +80,8 @@ class MQTTConnection(admission.ClientConnection):
     # One per client, so no per-instance __dict__ (memory per idle client); the rest of the
     # attributes are slots of ClientConnection.
     __slots__ = (
-        "buffer", "forgotten", "held", "in_commit", "linger", "out", "out_bytes", "parked",
-        "paused", "read_bytes", "refused", "server", "throttled",
+        "buffer", "forgotten", "held", "in_commit", "linger", "out", "out_bytes", "pace",
+        "parked", "paused", "read_bytes", "refused", "server", "throttled",
     )
 
     def __init__(self, server: Server, listener: ListenerConfig, label: str | None = None
@@ -96,6 +101,7 @@ class MQTTConnection(admission.ClientConnection):
         self.out_bytes = 0
         self.held: list[bytes] | None = None
         self.in_commit: list[bytes] | None = None
+        self.pace: AckPace | None = None  # from its first durable acknowledgement on
         self.closing = False
         self.paused = False
         self.throttled = False  # flow control: the broker paused reading this client
@@ -262,6 +268,13 @@ class MQTTConnection(admission.ClientConnection):
         if self.closing:
             return
         if gated or self.held or self.in_commit is not None:
+            pace = self.pace
+            if gated and data[0] >> 4 in (_PUBACK, _PUBREC):
+                if pace is None:
+                    pace = self.pace = AckPace()
+                pace.acknowledged(self.server.loop.time())
+            elif pace is not None:
+                pace.other = True  # output other than acknowledgements is never held back
             if self.held is None:
                 self.held = [data]
             else:
@@ -344,6 +357,11 @@ class MQTTConnection(admission.ClientConnection):
 
     # -- output ------------------------------------------------------------------------
 
+    def outstanding(self) -> int:
+        """The client's QoS 1 and 2 publishes still waiting for our PUBACK / PUBCOMP."""
+        session = self.conn.session
+        return self.conn.incoming_inflight + (len(session.awaiting_release) if session else 0)
+
     def flush(self) -> None:
         """Write the queued bytes with one system call."""
         out = self.out
@@ -392,8 +410,12 @@ class MQTTConnection(admission.ClientConnection):
 class Server:
     """Listeners, the per-iteration flush, the store commit loop and the broker's clock."""
 
-    def __init__(self, broker: Broker, security: Security | None = None) -> None:
+    def __init__(self, broker: Broker, security: Security | None = None,
+                 ack_hold: float = 0.0) -> None:
+        """`ack_hold`: the most seconds a pipelining publisher's acknowledgements may wait
+        to share a commit (gateway/broker/net/ack_hold.py; 0: never held)."""
         self.broker = broker
+        self.ack_hold = ack_hold
         self.loop = asyncio.get_running_loop()
         self.servers: list[asyncio.AbstractServer] = []
         self.addresses: list[tuple[str, int]] = []
@@ -403,6 +425,8 @@ class Server:
         self._dirty: list[MQTTConnection] = []
         self._waiting: set[MQTTConnection] = set()
         self._commit_task: asyncio.Task[None] | None = None
+        self._hold = WakeableSleep()
+        self._stopping = False
         self._tick_handle: asyncio.TimerHandle | None = None
         self._anonymous: dict[int, tuple[ListenerConfig, bool]] = {}  # by id(listener)
 
@@ -451,14 +475,37 @@ class Server:
         self._waiting.add(connection)
         if self._commit_task is None:
             self._commit_task = self.loop.create_task(self._commit_loop(), name="store-commit")
+        else:
+            self._hold.wake()  # the hold's verdict may change
+
+    @property
+    def holding(self) -> bool:
+        """A commit is waiting for more acknowledgements to answer (ack_hold)."""
+        return self._hold.sleeping
+
+    async def _hold_acks(self) -> None:
+        """Wait while the acknowledgements the next commit answers may gather company."""
+        loop = self.loop
+        while not self._stopping:
+            until = hold_until(
+                ((None if c.closing else c.pace, c.outstanding())
+                 for c in self._waiting if c.in_commit is None),
+                self.ack_hold, self.broker.limits.receive_maximum, loop.time())
+            if until is None:
+                return
+            await self._hold.until(loop, until)
 
     async def _commit_loop(self) -> None:
         try:
             while self._waiting:
+                if self.ack_hold > 0:
+                    await self._hold_acks()
                 batch = [c for c in self._waiting if c.in_commit is None]
                 self._waiting.difference_update(batch)
                 for connection in batch:
                     connection.in_commit, connection.held = connection.held or [], None
+                    if connection.pace is not None:
+                        connection.pace.committing()
                 try:
                     await self.broker.hooks.flush()
                 except Exception:
@@ -477,6 +524,8 @@ class Server:
 
     async def stop(self) -> None:
         """Stop accepting, say goodbye to every client, flush the store."""
+        self._stopping = True
+        self._hold.wake()
         if self._tick_handle is not None:
             self._tick_handle.cancel()
         for server in self.servers:
