@@ -8,7 +8,9 @@ in the current `Batch` (see `storage.sqlite.writer`), so they cost a few dict op
 (storage/sqlite/commit_pacing.py: after a burst only until the input already there is read,
 for a stream `commit_interval_ms` and longer while work keeps arriving), takes the batch, and
 runs one transaction on the writer thread while the loop goes on; every flush that arrives
-meanwhile joins the commit after it (group commit). A commit that fails rolls back, the
+meanwhile joins the commit after it (group commit). Events no flush asks for are committed by
+an idle commit within IDLE_COMMIT_SECONDS, or, while the broker holds acknowledgements and has
+announced its flush (`flush_coming`), by that flush. A commit that fails rolls back, the
 flushes waiting on it raise `StoreError`, and its batches are kept and written in front of
 the next commit.
 
@@ -81,8 +83,7 @@ log = logging.getLogger("outpost.storage")
 # (docs/storage.md, bench/storage/write_amp.py). Fixed when the file is created.
 PAGE_SIZE = 1024
 WAL_AUTOCHECKPOINT = 4000  # pages (4 MiB) in the WAL before a commit checkpoints it
-# Events nobody flushes (acks from subscribers) are committed by then, at the least.
-IDLE_COMMIT_SECONDS = 0.1
+IDLE_COMMIT_SECONDS = 0.1  # events nobody flushes (acks from subscribers) are committed by then
 SPACE_CHECK_SECONDS = 1.0
 
 class StoreError(Exception):
@@ -107,7 +108,6 @@ class SqliteStore(BrokerHooks):
         page_size: int = PAGE_SIZE,
         wal_autocheckpoint: int = WAL_AUTOCHECKPOINT,
         reserve_bytes: int = RESERVE_BYTES,
-        idle_commit: float | None = None,
         monotonic: Callable[[], float] | None = None,
         wall: Callable[[], float] | None = None,
     ) -> None:
@@ -117,8 +117,6 @@ class SqliteStore(BrokerHooks):
         self.path = self.state_dir / recovery.DB_NAME
         self.durability = durability
         self.commit_interval = commit_interval_ms / 1000
-        # Events nobody flushes are committed within this many seconds.
-        self.idle_commit = IDLE_COMMIT_SECONDS if idle_commit is None else idle_commit
         self.queue_page = queue_page
         self.max_db_bytes = max_db_bytes
         self.min_free_bytes = min_free_bytes
@@ -165,6 +163,7 @@ class SqliteStore(BrokerHooks):
         self._space_checked = -1e18
         self._loop: asyncio.AbstractEventLoop | None = _running_loop()
         self._scheduled = False  # an idle commit is scheduled
+        self._idle_not_before = 0.0  # loop time of a flush the broker has promised
         self._idle_tasks: set[asyncio.Task[None]] = set()
         self.full_events = 0
         self._closed = False
@@ -174,17 +173,11 @@ class SqliteStore(BrokerHooks):
     def from_config(
         cls, storage: StorageConfig, state_dir: Path, gateway_id: str, **kwargs: Any
     ) -> SqliteStore:
-        """The store a `[storage]` section asks for.
-
-        The idle commit waits at least `ack_hold_ms`: the broker flushes a held publisher's
-        messages when its hold ends, and an earlier commit of them would be an fsync of its
-        own (gateway/broker/net/ack_hold.py).
-        """
+        """The store a `[storage]` section asks for."""
         return cls(
             state_dir, durability=storage.durability, gateway_id=gateway_id,
             commit_interval_ms=storage.commit_interval_ms, queue_page=storage.queue_page,
-            max_db_bytes=storage.max_db_bytes, min_free_bytes=storage.min_free_bytes,
-            idle_commit=max(IDLE_COMMIT_SECONDS, storage.ack_hold_ms / 1000), **kwargs,
+            max_db_bytes=storage.max_db_bytes, min_free_bytes=storage.min_free_bytes, **kwargs,
         )
 
     # -- identifiers ---------------------------------------------------------------------
@@ -350,13 +343,21 @@ class SqliteStore(BrokerHooks):
         if loop is None or loop.is_closed():
             return
         self._scheduled = True
-        loop.call_later(self.idle_commit, self._idle_commit)
+        loop.call_later(IDLE_COMMIT_SECONDS, self._idle_commit)
+
+    def flush_coming(self, at: float) -> None:
+        """The broker flushes by loop time `at`: the idle commit waits for that flush."""
+        self._idle_not_before = max(self._idle_not_before, at)
 
     def _idle_commit(self) -> None:
         self._scheduled = False
-        if self._closed or self._loop is None or (not self._batch and not self._failed):
+        loop = self._loop
+        if self._closed or loop is None or (not self._batch and not self._failed):
             return
-        task = self._loop.create_task(self._quiet_flush(), name="outpost-store-idle-commit")
+        if loop.time() < self._idle_not_before:  # a held publisher's flush is coming
+            self._schedule()  # look again soon: the flush resets the promise
+            return
+        task = loop.create_task(self._quiet_flush(), name="outpost-store-idle-commit")
         self._idle_tasks.add(task)
         task.add_done_callback(self._idle_tasks.discard)
 
@@ -387,6 +388,7 @@ class SqliteStore(BrokerHooks):
             while self._waiter is not None:
                 await self.pacer.wait(loop, self._first_request, self._ops)
                 waiter, self._waiter = self._waiter, None
+                self._idle_not_before = 0.0  # this commit is the promised flush
                 batches = [*self._failed, self._batch]
                 self._batch = Batch()
                 self._failed = []

@@ -143,6 +143,11 @@ class BrokerHooks:
     async def flush(self) -> None:
         """Commit everything reported so far."""
 
+    def flush_coming(self, at: float) -> None:
+        """The broker will flush by loop time `at` (it holds acknowledgements until then, see
+        gateway/broker/net/ack_hold.py): a commit of its own before that would only split
+        the work into more commits."""
+
     async def close(self) -> None:
         """Flush and release resources at shutdown."""
         await self.flush()
@@ -247,6 +252,10 @@ class HookChain(BrokerHooks):
     async def flush(self) -> None:
         for hook in self.hooks:
             await hook.flush()
+
+    def flush_coming(self, at: float) -> None:
+        for hook in self.hooks:
+            hook.flush_coming(at)
 
     async def close(self) -> None:
         for hook in self.hooks:

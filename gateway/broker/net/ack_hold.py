@@ -15,13 +15,16 @@ commit was requested, whether other output is waiting too, and what was learned 
 window. Before each commit the server asks `hold_until` for every connection the commit
 would answer. The commit waits while all of them are publishers with a gap between
 MIN_GAP and half the hold (faster streams are the pacer's; slower ones would not send a
-second message in time), have fewer acknowledgements outstanding than their window and the
-server's Receive Maximum, and have sent their next message when expected. The wait ends at
-the first of: `seconds` after the oldest acknowledgement, a publisher OVERDUE_GAPS gaps late
+second message in time), have fewer than half their window (or of the server's Receive
+Maximum) outstanding, so they never stop for us while the commit runs, and have sent their
+next message when expected. The wait ends at the first of: `seconds` after the oldest
+acknowledgement, a publisher OVERDUE_GAPS gaps late
 (it waits for us: its outstanding count is its window, 1 for a lock-step publisher), other
 output for a held connection (a delivery is never delayed), or a connection that cannot be
 held. A learned window is forgotten after RELEARN_SECONDS, so a publisher that only paused
-is tried again; a lock-step publisher so pays one overdue wait a minute.
+is tried again; a lock-step publisher so pays one overdue wait a minute. While it holds, the
+server tells the hooks when it will flush (`BrokerHooks.flush_coming`), so that the store's
+idle commit does not commit the held messages on its own.
 
 Nothing is acknowledged before its commit: durability is unchanged, only the time of the
 acknowledgement moves.
@@ -91,7 +94,8 @@ def hold_until(
             return None
         if pace.window and now >= pace.window_until:
             pace.window = 0
-        if outstanding >= receive_maximum or (pace.window and outstanding >= pace.window):
+        # Half its window: the publisher never stops for us while the commit runs.
+        if 2 * outstanding >= (pace.window or receive_maximum):
             return None
         overdue = pace.last + OVERDUE_GAPS * gap
         if now >= overdue:

@@ -493,6 +493,7 @@ class Server:
                 self.ack_hold, self.broker.limits.receive_maximum, loop.time())
             if until is None:
                 return
+            self.broker.hooks.flush_coming(until)
             await self._hold.until(loop, until)
 
     async def _commit_loop(self) -> None:

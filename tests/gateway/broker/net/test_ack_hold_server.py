@@ -29,9 +29,13 @@ class CountingStore(BrokerHooks):
 
     def __init__(self) -> None:
         self.flushes = 0
+        self.promised: list[float] = []
 
     async def flush(self) -> None:
         self.flushes += 1
+
+    def flush_coming(self, at: float) -> None:
+        self.promised.append(at)
 
     async def close(self) -> None:
         return None
@@ -103,6 +107,8 @@ def test_a_slow_pipelining_publisher_shares_commits() -> None:
         # one commit each without holding; the first goes alone (no pace known yet), the rest
         # wait together (a few more when this machine stalls a send by several gaps)
         assert store.flushes - before <= 6
+        # the store was told when the held messages would be flushed (its idle commit waits)
+        assert store.promised
         client.close()
 
     run(scenario)
