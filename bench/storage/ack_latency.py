@@ -14,7 +14,6 @@ hold) while its rate is kept; a lock-step publisher's do not (docs/storage.md).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -93,9 +92,7 @@ def main() -> None:
             result = publish(broker.port, args)
         finally:
             broker.stop()
-    print(json.dumps(result), flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    common.report(result, args.json)
 
 
 if __name__ == "__main__":

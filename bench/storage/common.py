@@ -11,6 +11,7 @@ pre-encoded packets (`bench.wire`, independent of `gateway.broker.codec`).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -277,3 +278,10 @@ def timed(label: str) -> Iterator[None]:
 
 def u16(data: bytes, offset: int) -> int:
     return int(struct.unpack_from(">H", data, offset)[0])
+
+
+def report(result: dict[str, object], path: Path | None) -> None:
+    """Print a benchmark's figures as one JSON line, and write them to `path` (`--json`)."""
+    print(json.dumps(result), flush=True)
+    if path:
+        path.write_text(json.dumps(result, indent=2))

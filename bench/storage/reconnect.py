@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import tempfile
@@ -93,9 +92,7 @@ def main() -> None:
             result.update(drain(broker.port, min(args.drain, args.queued), broker.pid))
         finally:
             broker.stop()
-    print(json.dumps(result), flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    common.report(result, args.json)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ bound), next to the same for an empty store, and the broker's RSS after start.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -56,9 +55,7 @@ def main() -> None:
             b.stop()
         result["start_to_accepting_s"] = [round(x, 2) for x in times]
         result["empty_store_start_s"] = [round(x, 2) for x in empty_times]
-    print(json.dumps(result), flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    common.report(result, args.json)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ partially filled pages and checkpoints into the main file are all in it.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import tempfile
@@ -137,9 +136,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="outpost-wa-", dir=os.environ.get("BENCH_DIR")) as tmp:
         result = run(args, Path(tmp))
-    print(json.dumps(result), flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    common.report(result, args.json)
 
 
 if __name__ == "__main__":
