@@ -16,17 +16,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tests.support.broker_proc import BrokerProcess, launch
 from tests.support.rtu_device import RtuDevice, crc_bytes
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository
 _STATUS_LOG = re.compile(r"status page, /status and /metrics on (https?://\S+)")
-T = TypeVar("T")
 
 # Runs `outpost` with systemd-python hidden: the daemon must use its built-in senders.
 HIDE_SYSTEMD = (
@@ -34,19 +32,6 @@ HIDE_SYSTEMD = (
     "sys.modules['systemd.journal'] = None; from gateway.appliance.cli import main; "
     "sys.exit(main(sys.argv[1:]))"
 )
-
-
-def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
-    """Poll `predicate` until it returns something truthy (no timing assertion: a deadline)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
 
 
 @dataclass

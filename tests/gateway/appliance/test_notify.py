@@ -19,9 +19,10 @@ from gateway.appliance.app import serve
 from gateway.appliance.config import Config, StatusConfig
 from gateway.broker.contracts.config import ListenerConfig
 from storage.config import StorageConfig
-from tests.gateway.appliance.support import NotifySocket, start_outpost, wait_until
+from tests.gateway.appliance.support import NotifySocket, start_outpost
 from tests.gateway.broker.e2e.helpers import RawClient
 from tests.support.mosquitto import free_port
+from tests.support.waiting import wait_for
 
 BACKENDS = ["systemd-python", "builtin"]
 WATCHDOG_USEC = 300_000  # pings every 0.15 s
@@ -102,21 +103,21 @@ def test_notify_protocol_of_a_running_gateway(tmp_path: Path, backend: str) -> N
             env={"NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": str(WATCHDOG_USEC)},
             hide_systemd=backend == "builtin",
         )
-        wait_until(lambda: notify.count("READY=1") == 1, what="READY=1")
+        wait_for(lambda: notify.count("READY=1") == 1, message="no READY=1")
         first = notify.texts()[0].split("\n")
         assert first[0] == "READY=1" and first[1].startswith("STATUS=0 clients")
         # Pinged from the loop at half of WATCHDOG_USEC: several pings while we wait.
-        wait_until(lambda: notify.count("WATCHDOG=1") >= 3, what="watchdog pings")
+        wait_for(lambda: notify.count("WATCHDOG=1") >= 3, message="no watchdog pings")
         with RawClient(outpost.host, outpost.port) as client:
             assert client.connect("ops-notify")[3] == 0
-            wait_until(lambda: any(line.startswith("STATUS=1 client,")
-                                   for line in notify.lines()), what="STATUS with 1 client")
+            wait_for(lambda: any(line.startswith("STATUS=1 client,")
+                                   for line in notify.lines()), message="no STATUS with 1 client")
             outpost.hup()
-            wait_until(lambda: notify.count("READY=1") == 2, what="READY=1 after reload")
+            wait_for(lambda: notify.count("READY=1") == 2, message="no READY=1 after reload")
         lines = notify.lines()
         assert lines.index("RELOADING=1") < len(lines) - 1 - lines[::-1].index("READY=1")
-        wait_until(lambda: notify.count("WATCHDOG=1") >= PINGS, timeout=30,
-                   what=f"{PINGS} watchdog pings")
+        wait_for(lambda: notify.count("WATCHDOG=1") >= PINGS, timeout=30,
+                   message=f"no {PINGS} watchdog pings")
         check_watchdog_cadence(notify, WATCHDOG_USEC / 1e6)
         assert outpost.stop() == 0
         lines = notify.lines()
@@ -134,7 +135,7 @@ def test_no_watchdog_pings_without_watchdog_usec(tmp_path: Path) -> None:
     notify = NotifySocket()
     try:
         outpost = start_outpost(tmp_path, env={"NOTIFY_SOCKET": notify.path})
-        wait_until(lambda: notify.count("READY=1") == 1, what="READY=1")
+        wait_for(lambda: notify.count("READY=1") == 1, message="no READY=1")
         assert outpost.stop() == 0
         assert notify.count("WATCHDOG=1") == 0
         assert "STOPPING=1" in notify.lines()

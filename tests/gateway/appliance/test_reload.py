@@ -13,9 +13,9 @@ from tests.gateway.appliance.support import (
     bridge_config,
     start_outpost,
     status_json,
-    wait_until,
 )
 from tests.gateway.broker.e2e.helpers import RawClient
+from tests.support.waiting import wait_for
 
 CONNACK_OK = bytes.fromhex("20020000")
 CONNACK_BUSY = bytes.fromhex("20020003")  # 3.1.1 "server unavailable"
@@ -53,7 +53,7 @@ def test_reload_applies_limits_and_sys_while_a_client_stays(tmp_path: Path) -> N
             outpost.write_config(LIMITS.format(max_connections=1, receive_maximum=32,
                                                interval=0.5))
             outpost.hup()
-            wait_until(lambda: "reload: done" in outpost.log(), what="reload")
+            wait_for(lambda: "reload: done" in outpost.log(), message="no reload")
             log = outpost.log()
             assert "reload: limits.max_connections: 10 -> 1" in log
             assert "reload: sys.interval: 0.0 -> 0.5" in log
@@ -85,8 +85,8 @@ def test_broken_file_is_refused_and_the_running_config_kept(tmp_path: Path) -> N
             # the summary line comes first, then one line per error: wait for all of them
             paths = ("limits.max_connections", "limits.queue_overflow", "sys.interval",
                      "nonsense")
-            wait_until(lambda: all(f"reload: {path}: " in outpost.log() for path in paths),
-                       what="every error of the refused file")
+            wait_for(lambda: all(f"reload: {path}: " in outpost.log() for path in paths),
+                       message="not every error of the refused file")
             log = outpost.log()
             assert "is invalid (4 errors)" in log
             assert "keeping the running configuration" in log
@@ -100,7 +100,7 @@ def test_broken_file_is_refused_and_the_running_config_kept(tmp_path: Path) -> N
             # Not TOML at all: refused the same way.
             outpost.write_config("[limits\n")
             outpost.hup()
-            wait_until(lambda: "not valid TOML" in outpost.log(), what="TOML error")
+            wait_for(lambda: "not valid TOML" in outpost.log(), message="no TOML error")
             assert echo(client, "t/2", b"and here").payload == b"and here"
         service = status_json(outpost)["service"]
         assert (service["reloads"], service["reload_failures"]) == (0, 2)
@@ -128,8 +128,8 @@ bind = "127.0.0.1:0"
             # The TOML file is unchanged; only the ACL file it names is.
             acl.write_text("topic readwrite sensors/public/#\n", encoding="utf-8")
             outpost.hup()
-            wait_until(lambda: "reload: done (0 configuration change(s))" in outpost.log(),
-                       what="reload")
+            wait_for(lambda: "reload: done (0 configuration change(s))" in outpost.log(),
+                       message="no reload")
             # Denied now: the next message the client gets is the allowed one.
             client.publish("sensors/secret/b", b"2")
             assert echo(client, "sensors/public/c", b"3").topic == "sensors/public/c"
@@ -156,7 +156,7 @@ def test_acl_file_added_on_sighup_starts_checking_what_subscribers_receive(
             assert echo(client, "sensors/secret/a", b"1").topic == "sensors/secret/a"
             outpost.write_config(listener + f'acl_file = "{acl}"\n' + status)
             outpost.hup()
-            wait_until(lambda: "reload: done" in outpost.log(), what="reload")
+            wait_for(lambda: "reload: done" in outpost.log(), message="no reload")
             client.publish("sensors/secret/b", b"2")  # allowed to write, not to read
             assert echo(client, "sensors/public/c", b"3").topic == "sensors/public/c"
     finally:
@@ -172,13 +172,13 @@ def test_device_map_reload_keeps_clients(tmp_path: Path) -> None:
         with RawClient(outpost.host, outpost.port) as client:
             assert client.connect("ops-devices") == CONNACK_OK
             client.subscribe(("devices/+/status", 0), ("ops/#", 0))
-            wait_until(lambda: [d["name"] for d in status_json(outpost)["devices"]["devices"]
-                                if d["online"]] == ["meter-1"], what="meter-1 online")
+            wait_for(lambda: [d["name"] for d in status_json(outpost)["devices"]["devices"]
+                                if d["online"]] == ["meter-1"], message="no meter-1 online")
             outpost.write_config(bridge_config(port, {"meter-1": 1, "meter-2": 2}) + status)
             outpost.hup()
-            wait_until(lambda: [d["name"] for d in status_json(outpost)["devices"]["devices"]
+            wait_for(lambda: [d["name"] for d in status_json(outpost)["devices"]["devices"]
                                 if d["online"]] == ["meter-1", "meter-2"],
-                       what="meter-2 online after the reload")
+                       message="no meter-2 online after the reload")
             assert "reload: bridge.devices: changed" in outpost.log()
             seen: list[tuple[str, bytes]] = []
             while ("devices/meter-2/status", b"online") not in seen:

@@ -17,8 +17,9 @@ from gateway.broker.codec.packets import Publish, Will
 from gateway.broker.codec.reason_codes import ReasonCode
 from gateway.broker.contracts.config import ListenerConfig
 from storage.memory import MemoryStore
-from tests.gateway.appliance.support import NotifySocket, start_outpost, wait_until
+from tests.gateway.appliance.support import NotifySocket, start_outpost
 from tests.gateway.broker.e2e.v5_helpers import connected
+from tests.support.waiting import wait_for
 
 
 def test_sigterm_disconnects_v5_clients_publishes_wills_and_flushes(tmp_path: Path) -> None:
@@ -73,7 +74,7 @@ def test_new_connections_are_refused_while_stopping(tmp_path: Path) -> None:
         except OSError:
             return True
 
-    assert wait_until(refused, what="listener closed")
+    assert wait_for(refused, message="no listener closed")
     outpost.stop()
 
 

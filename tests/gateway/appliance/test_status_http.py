@@ -22,9 +22,9 @@ from tests.gateway.appliance.support import (
     http_get,
     start_outpost,
     status_json,
-    wait_until,
 )
 from tests.gateway.broker.e2e.helpers import RawClient
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +36,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outpost]:
     config = bridge_config(port, {"meter-1": 1, "meter-2": 2}) + (
         '\n[status]\nbind = "127.0.0.1:0"\nhistory_interval = 0.2\n')
     outpost = start_outpost(workdir, config, "--state-dir", str(workdir / "state"))
-    wait_until(lambda: {d["name"]: d["online"] for d in status_json(outpost)["devices"]["devices"]}
-               == {"meter-1": True, "meter-2": False}, what="devices settled")
+    wait_for(lambda: {d["name"]: d["online"] for d in status_json(outpost)["devices"]["devices"]}
+               == {"meter-1": True, "meter-2": False}, message="no devices settled")
     yield outpost
     assert outpost.stop() == 0
     device.stop()
@@ -89,8 +89,8 @@ def test_metrics_parse_and_follow_the_broker(gateway: Outpost,
     with RawClient(gateway.host, gateway.port) as third:
         assert third.connect("ops-third")[3] == 0
         third.publish("ops/more", b"y")
-        wait_until(lambda: samples(http_get(gateway.url("/metrics"))[2].decode())[
-            ("outpost_clients_connected", ())] == 3, what="third client counted")
+        wait_for(lambda: samples(http_get(gateway.url("/metrics"))[2].decode())[
+            ("outpost_clients_connected", ())] == 3, message="no third client counted")
     later = samples(http_get(gateway.url("/metrics"))[2].decode())
     assert later[("outpost_messages_received_total", ())] > values[
         ("outpost_messages_received_total", ())]

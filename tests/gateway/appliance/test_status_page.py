@@ -26,10 +26,10 @@ from tests.gateway.appliance.support import (
     bridge_config,
     start_outpost,
     status_json,
-    wait_until,
 )
 from tests.gateway.broker.e2e.helpers import RawClient
 from tests.support.mosquitto import free_port
+from tests.support.waiting import wait_for
 
 UPLINK = """
 [uplink]
@@ -76,7 +76,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outpost]:
                     and len(history.get("uplink/backlog_messages", [])) >= 8
                     and status["uplink"]["backlog_messages"] > 0)
 
-        wait_until(enough_history, timeout=20, what="history to fill")
+        wait_for(enough_history, timeout=20, message="no history to fill")
         yield outpost
     assert outpost.stop() == 0
     device.stop()

@@ -21,9 +21,8 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 from gateway.broker.codec import (
     MQTT_3_1,
@@ -50,6 +49,7 @@ from gateway.broker.codec import (
     encode,
 )
 from tests.support.broker_proc import BrokerProcess
+from tests.support.waiting import TIMEOUT, wait_for
 
 __all__ = [
     "MQTT_3_1",
@@ -64,23 +64,6 @@ __all__ = [
     "mosquitto_pub",
     "wait_for",
 ]
-
-TIMEOUT = 30.0  # an upper bound for events that come at once on an idle machine; a loaded CI
-# machine can take many times longer, and a passing wait returns as soon as the event comes
-T = TypeVar("T")
-
-
-def wait_for(predicate: Callable[[], T], timeout: float = TIMEOUT, interval: float = 0.01,
-             message: str = "") -> T:
-    """Call `predicate` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(message or f"condition not met within {timeout} s: {predicate}")
-        time.sleep(interval)
 
 
 def frame_length(buf: bytes | bytearray) -> int | None:

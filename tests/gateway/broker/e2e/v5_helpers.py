@@ -20,7 +20,7 @@ import queue
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import paho.mqtt.client as paho
@@ -60,7 +60,6 @@ __all__ = [
     "PahoV5",
     "RawV5",
     "SubscribeOptions",
-    "eventually",
     "run_tool",
 ]
 
@@ -393,13 +392,3 @@ class Background:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def eventually(check: Callable[[], bool], timeout: float = TIMEOUT, step: float = 0.05) -> None:
-    """Poll `check` until it is true (AssertionError at the deadline)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(step)
-
