@@ -47,7 +47,7 @@ from typing import cast
 from gateway.base.wakeable import WakeableSleep
 from gateway.broker.codec import NEED_DATA, decode
 from gateway.broker.codec.errors import MQTTProtocolError, UnsupportedProtocolVersion
-from gateway.broker.codec.packets import Connect, Publish
+from gateway.broker.codec.packets import Connect, PacketType, Publish
 from gateway.broker.contracts.auth import Security
 from gateway.broker.contracts.config import ListenerConfig, listener_labels
 from gateway.broker.core.session import Connection
@@ -71,7 +71,8 @@ _UNSUPPORTED_VERSION_CONNACK = b"\x20\x02\x00\x01"  # 3.1.1 CONNACK, return code
 # so the client hears why instead of nothing: 0x88 server unavailable, 3.1.1 return code 3.
 _UNSTORED_CONNACK_V5 = b"\x20\x03\x00\x88\x00"
 _UNSTORED_CONNACK_V3 = b"\x20\x02\x00\x03"
-_PUBACK, _PUBREC = 4, 5  # packet types whose durable acknowledgement may be held (ack_hold)
+# Packet types whose durable acknowledgement may be held (ack_hold).
+_HOLDABLE = frozenset((PacketType.PUBACK, PacketType.PUBREC))
 
 
 class MQTTConnection(admission.ClientConnection):
@@ -269,7 +270,7 @@ class MQTTConnection(admission.ClientConnection):
             return
         if gated or self.held or self.in_commit is not None:
             pace = self.pace
-            if gated and data[0] >> 4 in (_PUBACK, _PUBREC):
+            if gated and data[0] >> 4 in _HOLDABLE:
                 if pace is None:
                     pace = self.pace = AckPace()
                 pace.acknowledged(self.server.loop.time())
