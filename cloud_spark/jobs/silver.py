@@ -5,15 +5,13 @@ How this works (extract → transform → load):
 1. **Extract** the bronze files not processed yet (:mod:`cloud_spark.bronze_files` lists
    them and keeps the manifest; all of them on the first run and with ``--full``) with the
    explicit bronze schema; empty, truncated and vanished files are recorded with a reason.
-2. :func:`dedupe` groups the bronze rows by message id ``(gateway, epoch, seq)`` and keeps
-   the earliest landed copy (smallest ``ingest_ms``, ties broken by the content hash and the
-   other columns, so the choice is deterministic), counting ``copies`` and flagging
-   ``conflict`` when copies of one id carry different payloads or topics (an epoch reused by
-   mistake). Rows without an id are kept as they are (``copies = 1``) and end up in
-   quarantine.
-3. :func:`cloud_spark.jobs.silver_parse.classify` and ``parse_payloads`` type and validate
-   the kept rows; :func:`slim` drops the raw payload of rows that parsed fine (only
-   quarantine needs it).
+2. :func:`cloud_spark.jobs.silver_parse.classify` and ``parse_payloads`` type and validate;
+   :func:`slim` drops the raw payload of rows that parsed fine (only quarantine needs it).
+3. :func:`dedupe` groups rows by message id ``(gateway, epoch, seq)`` and keeps the earliest
+   landed copy (smallest ``ingest_ms``, ties broken by the content hash and the other
+   columns, so the choice is deterministic), counting ``copies`` and flagging ``conflict``
+   when copies of one id carry different payloads or topics (an epoch reused by mistake).
+   Rows without an id are kept as they are (``copies = 1``) and end up in quarantine.
 4. One pure function per output table selects its rows: :func:`points`, :func:`status`,
    :func:`device_diagnostics`, :func:`uplink_diagnostics`, :func:`quarantine` (every row with a
    reason, never silently dropped) and :func:`messages` (one row per distinct id, good or
@@ -110,15 +108,14 @@ def dedupe(df: DataFrame) -> DataFrame:
 
 
 def parse(bronze: DataFrame, params: SilverParams) -> DataFrame:
-    """dedupe → classify → parse_payloads → slim.
+    """classify → parse_payloads → slim → dedupe.
 
-    Deduplicating first means the shuffle that finds duplicates carries the bronze row (a
-    short payload) rather than the two dozen typed columns parsing adds: on 2M rows the
-    whole parse took 11.0-15.7 s instead of 17.8-18.0 s (bench/cloud/README.md).
+    Parsing before deduplication means the shuffle that finds duplicates carries typed
+    columns, not raw payloads (those are kept for quarantined rows only); the few
+    duplicates are parsed twice, which is cheaper.
     """
-    kept = dedupe(with_content_hash(bronze))
-    classified = sp.classify(kept, params.prefix, params.uplink_topic)
-    return slim(sp.parse_payloads(classified))
+    classified = sp.classify(with_content_hash(bronze), params.prefix, params.uplink_topic)
+    return dedupe(slim(sp.parse_payloads(classified)))
 
 
 def _good(parsed: DataFrame, kind: str) -> DataFrame:
