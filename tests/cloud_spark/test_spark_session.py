@@ -49,6 +49,19 @@ def test_the_users_driver_memory_stands(launching: Path, monkeypatch: pytest.Mon
     assert "spark.driver.memory" not in settings
 
 
+def test_huge_generated_methods_only_with_a_jvm_that_compiles_them(launching: Path) -> None:
+    settings, _ = local_jvm_settings("local[2]", {})
+    assert "-XX:-DontCompileHugeMethods" in settings["spark.driver.extraJavaOptions"]
+    assert settings["spark.sql.codegen.hugeMethodLimit"] == "65535"
+    # the user's own JVM options: the limit stays at the jobs' default (8000)
+    own = {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
+    settings, _ = local_jvm_settings("local[2]", own)
+    assert "spark.sql.codegen.hugeMethodLimit" not in settings
+    # the user's own limit stands
+    settings, _ = local_jvm_settings("local[2]", {"spark.sql.codegen.hugeMethodLimit": "9000"})
+    assert "spark.sql.codegen.hugeMethodLimit" not in settings
+
+
 def test_the_users_malloc_setting_stands(launching: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
     assert local_jvm_settings("local[2]", {}) == (LOCAL_JVM_CONF, {})
