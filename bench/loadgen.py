@@ -279,7 +279,8 @@ def run_throughput(
     }
 
 
-def _percentile(ordered: Sequence[int], q: float) -> int:
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """The nearest-rank `q` quantile of an ascending, non-empty sequence."""
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
@@ -324,8 +325,8 @@ def run_latency(
         "scenario": "latency",
         "rate": opts.latency_rate,
         "samples": len(window),
-        "p50_ms": round(_percentile(window, 0.50) / 1e6, 3),
-        "p99_ms": round(_percentile(window, 0.99) / 1e6, 3),
+        "p50_ms": round(percentile(window, 0.50) / 1e6, 3),
+        "p99_ms": round(percentile(window, 0.99) / 1e6, 3),
         "max_ms": round(window[-1] / 1e6, 3),
         "total_sent": sent,
         "total_delivered": len(latency),

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 
+from bench.loadgen import percentile
 from bench.storage import common
 
 CONFIG = """\
@@ -70,7 +71,7 @@ def publish(port: int, args: argparse.Namespace) -> dict[str, object]:
         "mode": "lock-step" if args.lock_step else f"pipelined ({args.inflight} in flight)",
         "ack_hold_ms": args.ack_hold_ms, "offered_rate": args.rate,
         "published": n, "rate": round(n / elapsed, 1), "acknowledged": len(latencies),
-        "ack_p50_ms": ms[len(ms) // 2], "ack_p99_ms": ms[max(0, int(len(ms) * 0.99) - 1)],
+        "ack_p50_ms": percentile(ms, 0.50), "ack_p99_ms": percentile(ms, 0.99),
         "ack_max_ms": ms[-1],
     }
 
