@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
 from pyspark import StorageLevel
@@ -296,14 +297,38 @@ def _partitions(frame: DataFrame, column: str) -> list[Any]:
 
 
 def _partitions_and_seen(
-    frame: DataFrame, column: str, seen: DataFrame
-) -> tuple[set[Any], set[Any]]:
-    """The partitions `frame` has rows in, and those holding a row of an id in `seen`
-    (one job: the look-ups are what a small incremental run mostly spends its time on)."""
-    flagged = frame.join(seen.withColumn("_seen", F.lit(True)), ID, "left")
-    rows = flagged.groupBy(column).agg(F.max(F.col("_seen").isNotNull()).alias("seen")).collect()
-    dates = {row[0] for row in rows if row[0] is not None}
-    return dates, {row[0] for row in rows if row[0] is not None and row["seen"]}
+    frames: dict[str, DataFrame], seen: DataFrame
+) -> dict[str, tuple[set[Any], set[Any]]]:
+    """Per table: the partitions its new rows fall in, and those holding a row of an id in
+    `seen` (the partitions to merge). One job for all six tables: in a small incremental run
+    the per-table look-ups, not the rows, were what the run spent its time on."""
+    union = reduce(
+        DataFrame.unionByName,
+        [
+            frame.select(
+                F.lit(name).alias("_table"), F.col(_partition_column(name)).alias("_date"), *ID
+            )
+            for name, frame in frames.items()
+        ],
+    )
+    marked = union.join(seen.withColumn("_seen", F.lit(True)), ID, "left")
+    rows = (
+        marked.where(F.col("_date").isNotNull())
+        .groupBy("_table", "_date")
+        .agg(F.max(F.col("_seen").isNotNull()).alias("seen"))
+        .collect()
+    )
+    found: dict[str, tuple[set[Any], set[Any]]] = {name: (set(), set()) for name in frames}
+    for row in rows:
+        dates, dates_seen = found[row["_table"]]
+        dates.add(row["_date"])
+        if row["seen"]:
+            dates_seen.add(row["_date"])
+    return found
+
+
+def _partition_column(name: str) -> str:
+    return tables.TABLES[name].partition_by[0]
 
 
 def _load_incremental(
@@ -324,26 +349,25 @@ def _load_incremental(
     )
     resolution = sm.resolve(old_ledger, new_ledger).persist(CACHE_LEVEL)
     resolution.count()  # materialized now: the ledger it reads is rewritten below
-    seen = F.broadcast(resolution.select(*ID))
     touched: set[Any] = set()
     try:
+        partitions = _partitions_and_seen(frames, F.broadcast(resolution.select(*ID)))
         for name, frame in frames.items():
-            column = tables.TABLES[name].partition_by[0]
-            new = tables.conform(frame, tables.TABLES[name].schema).persist(CACHE_LEVEL)
-            dates, dates_seen = _partitions_and_seen(new, column, seen)
+            column = _partition_column(name)
+            dates, dates_seen = partitions[name]
             if name != "quarantine":
                 touched |= dates
             if not redo:
-                dates = dates_seen
+                dates = set(dates_seen)
             if name == "quarantine":
                 dates |= set(_partitions(resolution, "_old_quarantine_date"))
             in_merge = F.col(column).isin(list(dates))
+            new = tables.conform(frame, tables.TABLES[name].schema)
             if dates:
                 existing = tables.read_table(spark, out, name).where(in_merge)
                 merged = sm.merge(existing, new.where(in_merge), resolution)
                 tables.write_table(merged, out, name)
             tables.append_table(new.where(~in_merge), out, name)
-            new.unpersist()
     finally:
         resolution.unpersist()
     return sorted(touched)

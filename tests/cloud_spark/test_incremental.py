@@ -236,6 +236,30 @@ def test_bad_files_are_recorded_with_a_reason_and_never_reread(
     assert again["files"] == 0
 
 
+def test_the_listing_holds_committed_files_only(spark: SparkSession, tmp_path: Path) -> None:
+    root = tmp_path / "landing"
+    topic = "devices/m1/power"
+    first = write_bronze(root, "part-1.json.gz", [bronze_row(1, topic, "{}")], ingest_ms=T0)
+    later = write_bronze(
+        root, "part-2.json.gz", [bronze_row(2, topic, "{}")], ingest_ms=T0 + 7_200_000
+    )
+    hour = first.parent
+    (hour / ".part-3.json.gz.tmp").write_bytes(b"open")  # a lander still writing
+    (hour / ".part-4.json.gz").write_bytes(b"hidden")
+    (hour / "_staging").mkdir()
+    (hour / "_staging" / "part-5.json.gz").write_bytes(b"staged")
+    (hour / "notes.txt").write_text("not bronze")
+
+    listed = bf.list_bronze(spark, str(root))
+
+    bronze = root / "bronze"
+    assert listed == [
+        bf.BronzeFile(str(path.relative_to(bronze)), path.stat().st_size)
+        for path in sorted([first, later])
+    ]
+    assert bf.list_bronze(spark, str(tmp_path / "nothing-landed")) == []
+
+
 @pytest.mark.parametrize("version", ["3.5.1", "5.0.0", "banana"])
 def test_an_unsupported_spark_version_is_refused_with_a_clear_error(version: str) -> None:
     from cloud_spark.spark import SparkVersionError, check_spark_version
