@@ -35,7 +35,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import ArrayType, DateType, LongType, StringType, StructField, StructType
 
 from cloud_spark import contract as c
-from cloud_spark.tables import join_path, read_parquet
+from cloud_spark.tables import hadoop_fs, join_path, read_parquet
 
 FILES_DIR = "_manifest/silver_files"
 RUNS_DIR = "_manifest/silver_runs"
@@ -73,15 +73,6 @@ class BronzeFile:
     size: int
 
 
-def _fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
-    # Hadoop's FileSystem has no Python API: reach it through the session's JVM gateway
-    jvm: Any = spark.sparkContext._jvm
-    jsc: Any = spark.sparkContext._jsc
-    conf = jsc.hadoopConfiguration()
-    jpath = jvm.org.apache.hadoop.fs.Path(path)
-    return jpath.getFileSystem(conf), jpath
-
-
 def bronze_dir(root: str) -> str:
     return join_path(root, c.BRONZE_DIR)
 
@@ -94,7 +85,7 @@ def list_bronze(spark: SparkSession, root: str) -> list[BronzeFile]:
     Hadoop's native library reads by running ``ls`` on the file: 5 ms a file, and bronze
     grows by thousands of files a month.)
     """
-    fs, base = _fs(spark, bronze_dir(root))
+    fs, base = hadoop_fs(spark, bronze_dir(root))
     if not fs.exists(base):
         return []
     found = []
@@ -114,7 +105,7 @@ def list_bronze(spark: SparkSession, root: str) -> list[BronzeFile]:
 
 
 def exists(spark: SparkSession, root: str, rel: str) -> bool:
-    fs, path = _fs(spark, join_path(bronze_dir(root), rel))
+    fs, path = hadoop_fs(spark, join_path(bronze_dir(root), rel))
     return bool(fs.exists(path))
 
 
@@ -161,7 +152,7 @@ def mark_pending(spark: SparkSession, out: str, run_id: str) -> None:
 
 def interrupted(spark: SparkSession, out: str) -> bool:
     """True when a run changed silver and died before committing (its rows may be there)."""
-    fs, path = _fs(spark, _pending_path(out))
+    fs, path = hadoop_fs(spark, _pending_path(out))
     return bool(fs.exists(path))
 
 
@@ -190,7 +181,7 @@ def commit(
     spark.createDataFrame(run, RUNS_SCHEMA).coalesce(1).write.mode(mode).parquet(
         join_path(out, RUNS_DIR)
     )
-    fs, pending = _fs(spark, _pending_path(out))
+    fs, pending = hadoop_fs(spark, _pending_path(out))
     fs.delete(pending, True)
 
 

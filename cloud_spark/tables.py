@@ -13,6 +13,7 @@ strings joined with ``/``, so ``s3a://`` or ``abfss://`` roots work like local d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
@@ -115,8 +116,20 @@ def read_bronze(spark: SparkSession, root: str, files: list[str] | None = None) 
         raise
 
 
+def hadoop_fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """The Hadoop ``FileSystem`` that holds ``path`` (local, ``s3a://``, …) and the path."""
+    # Hadoop's FileSystem has no Python API: reach it through the session's JVM gateway
+    jvm: Any = spark.sparkContext._jvm
+    jsc: Any = spark.sparkContext._jsc
+    jpath = jvm.org.apache.hadoop.fs.Path(path)
+    return jpath.getFileSystem(jsc.hadoopConfiguration()), jpath
+
+
 def read_parquet(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
     """Parquet files under ``path`` read with ``schema``; an empty frame if there are none."""
+    fs, jpath = hadoop_fs(spark, path)
+    if not fs.exists(jpath):  # Spark would log a stack trace for it before raising
+        return empty(spark, schema)
     try:
         return spark.read.schema(schema).parquet(path)
     except AnalysisException as exc:
