@@ -146,12 +146,18 @@ def bronze_ids(root: Path) -> list[tuple[str, int]]:
     return ids
 
 
-def wait_for_ids(root: Path, expected: set[tuple[str, int]], timeout: float = 40.0) -> None:
+def wait_for_ids(
+    root: Path, expected: set[tuple[str, int]], timeout: float = 40.0, copies: int = 0
+) -> None:
+    """Wait until every id in `expected` has landed, and at least `copies` rows in all (the
+    copies a publisher sent again may still be on their way after the last new id)."""
     deadline = time.monotonic() + timeout
-    while not expected <= set(bronze_ids(root)):
+    while not (expected <= set(ids := bronze_ids(root)) and len(ids) >= copies):
         if time.monotonic() > deadline:
-            missing = sorted(expected - set(bronze_ids(root)))
-            raise AssertionError(f"{len(missing)} ids never landed, e.g. {missing[:5]}")
+            missing = sorted(expected - set(ids))
+            raise AssertionError(
+                f"{len(missing)} ids never landed, e.g. {missing[:5]}; {len(ids)} of {copies} rows"
+            )
         time.sleep(0.1)
 
 
@@ -260,7 +266,7 @@ def test_kill_mid_stream_then_silver_is_exactly_once(
     landers.append(second)
     publisher.join(timeout=60)
     expected = {(u.gateway, seq) for u in uplinks for seq in range(1, n + 1)}
-    wait_for_ids(root, expected)
+    wait_for_ids(root, expected, copies=2 * n + len(resent))
     assert second.terminate() == 0
     for uplink in uplinks:
         uplink.close()
