@@ -49,8 +49,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# Two workers, handed tests one at a time (worksteal): most tests wait on sockets and child
+# processes, so two of them overlap well even on two cores. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+
 test: $(STAMP) system-packages lint typecheck
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 # The suite with a CPU hog on every core (stress-ng), RUNS times in a row: a test that waits for
 # time instead of for its event fails here first. Stops at the first failing run.
@@ -58,7 +63,7 @@ RUNS ?= 1
 test-loaded: $(STAMP) system-packages lint typecheck
 	@for run in $$(seq $(RUNS)); do \
 	  stress-ng --cpu 0 --cpu-load 100 --quiet & hog=$$!; \
-	  $(PY) -m pytest -q; status=$$?; \
+	  $(PYTEST); status=$$?; \
 	  kill $$hog; wait $$hog 2>/dev/null; \
 	  if [ $$status != 0 ]; then echo "run $$run of $(RUNS) failed under load" >&2; exit $$status; fi; \
 	  echo "run $$run of $(RUNS) passed under load"; \
