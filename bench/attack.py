@@ -64,7 +64,7 @@ def broker(tree: Path, extra_config: str = "") -> Iterator[Broker]:
         log_path = Path(workdir) / "broker.log"
         with log_path.open("w", encoding="utf-8") as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "run", "--config", str(config)],
+                [sys.executable, "-m", "outpost", "run", "--config", str(config)],
                 stdout=subprocess.PIPE, stderr=log_file, text=True, cwd=tree,
                 env={**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"},
             )

@@ -48,7 +48,7 @@ class DefaultLimitsSetup(BrokerSetup):
             return [self.mosquitto, "-c", str(conf)]
         if name == "outpost":
             conf.write_text(OUTPOST_CONF)
-            return [self.python, "-m", "gateway", "run", "--listen", f"{HOST}:{port}",
+            return [self.python, "-m", "outpost", "run", "--listen", f"{HOST}:{port}",
                     "--config", str(conf)]
         raise ValueError(f"unknown broker {name!r}")
 

@@ -190,7 +190,7 @@ class BrokerSetup:
             state = self.workdir / f"outpost-state-{port}"
             state.mkdir(exist_ok=True)
             return [
-                self.python, "-m", "gateway", "run", "--listen", f"{HOST}:{port}",
+                self.python, "-m", "outpost", "run", "--listen", f"{HOST}:{port}",
                 "--config", str(conf), "--state-dir", str(state),
             ]  # fmt: skip
         raise ValueError(f"unknown broker {name!r}")
@@ -467,7 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--mosquitto", default="/usr/sbin/mosquitto")
     parser.add_argument("--python", default=str(REPO / ".venv" / "bin" / "python"),
-                        help="interpreter that runs `-m gateway run`")  # fmt: skip
+                        help="interpreter that runs `-m outpost run`")  # fmt: skip
     args = parser.parse_args(argv)
 
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]

@@ -45,7 +45,7 @@ def start_broker(workdir: Path) -> tuple[subprocess.Popen[str], int]:
     config = workdir / "outpost.toml"
     config.write_text(CONFIG, encoding="utf-8")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--log-level", "WARNING", "run", "--config",
+        [sys.executable, "-m", "outpost", "--log-level", "WARNING", "run", "--config",
          str(config)],
         stdout=subprocess.PIPE, stderr=(workdir / "broker.log").open("w"), text=True, cwd=ROOT,
     )

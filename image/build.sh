@@ -201,7 +201,7 @@ outpost_wheel() {  # build outpost's wheel from a copy of the sources (nothing l
   local src="${work}/src"
   rm -rf "${src}" && mkdir -p "${src}"
   (cd "${repo}" && tar -cf - --exclude=__pycache__ --exclude='*.pyc' pyproject.toml README.md \
-     gateway bridge storage cloud_spark) | tar -xf - -C "${src}"
+     outpost gateway bridge storage cloud_spark) | tar -xf - -C "${src}"
   python3 -m pip wheel -q --disable-pip-version-check --no-deps -w "${work}/dist" "${src}" \
     >/dev/null
   find "${work}/dist" -name 'outpost-*.whl' | head -n1

@@ -1,6 +1,6 @@
 """`outpost demo` in a shortened run: the whole pipeline, then its report.
 
-Runs `python -m gateway demo --duration 12` in a child process (it starts the simulators, two
+Runs `python -m outpost demo --duration 12` in a child process (it starts the simulators, two
 outposts, the lander and Spark itself) and checks the JSON report it leaves behind: everything
 the gateway handed to the uplink landed, no sequence number is missing, rollups were built, and
 availability tells the truth about the run: the stopped cloud broker is one link outage as long
@@ -29,7 +29,7 @@ def test_quick_demo_lands_everything(tmp_path: Path) -> None:
     work = tmp_path / "demo-data"
     # The bound catches a hang only: Spark on a loaded 2-core machine takes minutes.
     done = subprocess.run(
-        [sys.executable, "-m", "gateway", "demo", "--duration", "12", "--work-dir", str(work)],
+        [sys.executable, "-m", "outpost", "demo", "--duration", "12", "--work-dir", str(work)],
         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads((work / "demo-report.json").read_text())

@@ -20,17 +20,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
-OURS = {"gateway", "bridge", "storage", "cloud_spark"}
+OURS = {"outpost", "gateway", "bridge", "storage", "cloud_spark"}
 
 # Which requirement lists install which code: the device runs [project] dependencies; the
 # cloud machines add the cloud extra; `outpost demo` adds the demo extra.
 PROJECT = PYPROJECT["project"]["dependencies"]
 EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 SCOPES = {
+    "outpost": PROJECT,
     "gateway": PROJECT,
     "bridge": PROJECT,
     "storage": PROJECT,
-    "gateway/appliance/demo": PROJECT + EXTRAS["demo"],
+    "outpost/demo": PROJECT + EXTRAS["demo"],
     "cloud_spark": PROJECT + EXTRAS["cloud"],
 }
 # Imports that are optional at run time, each guarded where it is imported.

@@ -43,8 +43,8 @@ import pytest
 from pydantic import BaseModel
 
 from bench.bridge.simulator import Simulator
-from gateway.appliance.cli import build_parser
-from gateway.appliance.config import Config
+from outpost.cli import build_parser
+from outpost.config import Config
 from tests.bridge.support import SocatPair
 from tests.gateway.broker.auth.support import make_pki
 
@@ -191,7 +191,7 @@ ETC = "/etc/outpost/"
 
 
 def outpost(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "outpost", *args], capture_output=True,
                           text=True, cwd=cwd, check=False, timeout=120)
 
 

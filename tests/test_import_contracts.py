@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("gateway", "bridge", "storage", "cloud_spark")
+PACKAGES = ("bench", "outpost", "gateway", "bridge", "storage", "cloud_spark")
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 CONTRACTS = {
     contract["id"]: contract["name"]
@@ -73,12 +73,31 @@ def test_the_broker_importing_storage_breaks_the_layers(tree: Path) -> None:
 def test_base_importing_the_broker_breaks_the_layers(tree: Path) -> None:
     add_line(tree / "gateway/base/hostport.py", "import gateway.broker.codec")
     # The broker imports base: the way back is also a cycle.
-    assert broken_contracts(tree) == {"packages", "gateway", "no-cycles"}
+    assert broken_contracts(tree) == {"gateway", "no-cycles"}
 
 
 def test_the_codec_importing_the_engine_breaks_the_broker_layers(tree: Path) -> None:
     add_line(tree / "gateway/broker/codec/topics.py", "import gateway.broker.engine.broker")
     assert broken_contracts(tree) == {"broker", "no-cycles"}
+
+
+def test_the_bridge_importing_the_appliance_breaks_the_layers(tree: Path) -> None:
+    add_line(tree / "bridge/runtime.py", "import outpost.config")
+    # outpost imports the bridge, so the way back is also a cycle between the top packages; and
+    # through outpost the bridge now reaches storage.
+    assert broken_contracts(tree) == {"packages", "bridge-storage"}
+
+
+def test_the_broker_importing_the_appliance_is_forbidden(tree: Path) -> None:
+    add_line(tree / "gateway/broker/engine/sys_topics.py", "import outpost.app")
+    # ... and through the appliance, the bridge now reaches storage and the engine reaches the
+    # broker's net layer.
+    assert broken_contracts(tree) == {"packages", "broker-alone", "bridge-storage", "broker"}
+
+
+def test_the_appliance_importing_a_benchmark_breaks_the_layers(tree: Path) -> None:
+    add_line(tree / "outpost/status.py", "import bench.procstat")
+    assert broken_contracts(tree) == {"packages"}
 
 
 def test_storage_importing_the_bridge_breaks_independence(tree: Path) -> None:

@@ -187,7 +187,7 @@ def run(opts: argparse.Namespace, sparkplug: bool = False) -> dict[str, object]:
         plan_minimum = {d.name: sum(len(r) for r in d.read_plan().values()) for d in
                         BridgeConfig.model_validate(tomllib.loads(text)["bridge"]).devices}
         gateway, ready = start(
-            pinned(opts.gateway_cpu, [sys.executable, "-m", "gateway", "--log-level", "WARNING",
+            pinned(opts.gateway_cpu, [sys.executable, "-m", "outpost", "--log-level", "WARNING",
                                       "run", "--listen", f"127.0.0.1:{listen}", "--config",
                                       str(workdir / "outpost.toml")]),
             r"listening on ([0-9.]+):(\d+)", workdir / "gateway.log")

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     broker = subprocess.Popen(
         [
-            sys.executable, "-m", "gateway", "run", "--listen", f"127.0.0.1:{port}",
+            sys.executable, "-m", "outpost", "run", "--listen", f"127.0.0.1:{port}",
             "--config", str(work / "outpost.toml"),
         ],
         cwd=ROOT,

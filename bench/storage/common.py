@@ -89,13 +89,13 @@ def start_outpost(
     workdir: Path, state_dir: Path, config: str = "", cpu: str | None = "0",
     extra: tuple[str, ...] = (), timeout: float = 600.0, tuning: tuple[str, ...] = (),
 ) -> Broker:
-    """`python -m gateway run` on a free port with `--state-dir` (and an optional TOML).
+    """`python -m outpost run` on a free port with `--state-dir` (and an optional TOML).
 
     `tuning` (e.g. `("--page-size", "1024")`) runs it through `bench.storage.launch`.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    entry = ["-m", "bench.storage.launch", *tuning, "--"] if tuning else ["-m", "gateway"]
+    entry = ["-m", "bench.storage.launch", *tuning, "--"] if tuning else ["-m", "outpost"]
     args = [*taskset(cpu), sys.executable, *entry, "--log-level", "WARNING", "run",
             "--listen", f"127.0.0.1:{port}", "--state-dir", str(state_dir), *extra]
     if config:

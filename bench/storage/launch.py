@@ -32,7 +32,7 @@ def main() -> int:
             args.wal_autocheckpoint)
     if args.idle_commit is not None:
         store.IDLE_COMMIT_SECONDS = args.idle_commit
-    from gateway.appliance.cli import main as outpost_main
+    from outpost.cli import main as outpost_main
 
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     return outpost_main(rest)

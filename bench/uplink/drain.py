@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     os.sched_setaffinity(0, {1} if os.cpu_count() and os.cpu_count() > 1 else {0})  # type: ignore[operator]
     log = (work / "outpost.log").open("wb")
     outpost = subprocess.Popen(
-        [*taskset, sys.executable, "-m", "gateway", "run", "--listen", f"{HOST}:{local_port}",
+        [*taskset, sys.executable, "-m", "outpost", "run", "--listen", f"{HOST}:{local_port}",
          "--config", str(config), "--state-dir", str(work / "state")],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
     )

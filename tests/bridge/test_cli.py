@@ -15,7 +15,7 @@ logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
 
 
 def outpost(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "outpost", *args], capture_output=True,
                           text=True, cwd=ROOT, check=False, timeout=60)
 
 

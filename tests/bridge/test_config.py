@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from bridge.cli import format_plan
-from gateway.appliance.config import load_config
 from gateway.base.settings import ConfigError
+from outpost.config import load_config
 
 EXAMPLE = """
 [bridge]

@@ -75,7 +75,7 @@ class Machine:
     def command(self, name: str) -> list[str]:
         args = shlex.split(self.local(step(name)).strip())
         if args[0] == "outpost":
-            return [sys.executable, "-m", "gateway", *args[1:]]
+            return [sys.executable, "-m", "outpost", *args[1:]]
         return [require(args[0]), *args[1:]]
 
 

@@ -22,11 +22,11 @@ from bridge.modbus.frames import Request, Response
 from bridge.modbus.poller import DevicePoller
 from bridge.runtime import Bridge
 from bridge.serial.reader import SerialLineDevice
-from gateway.appliance.config import Config, parse_config
-from gateway.appliance.daemon import JournalHandler
 from gateway.broker.core.message import Message
 from gateway.broker.engine.broker import Broker
 from gateway.broker.engine.links import Link
+from outpost.config import Config, parse_config
+from outpost.daemon import JournalHandler
 from storage.memory import MemoryStore
 
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.appliance import update
+from outpost import update
 from tests.image.conftest import REPO, BuiltImage
 
 pytestmark = pytest.mark.image

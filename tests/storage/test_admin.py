@@ -77,7 +77,7 @@ def test_vacuum_refuses_while_a_broker_holds_the_lock(stores: StoreFactory) -> N
 
 
 def outpost_db(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", "db", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "outpost", "db", *args], capture_output=True,
                           text=True, cwd=ROOT, timeout=60, check=False)
 
 

@@ -171,7 +171,7 @@ def test_backup_of_a_running_broker_while_messages_are_queued(tmp_path: Path) ->
 
 
 def outpost_db(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", "db", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "outpost", "db", *args], capture_output=True,
                           text=True, cwd=ROOT, timeout=60, check=False)
 
 

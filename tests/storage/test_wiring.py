@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.appliance.app import build_hooks
-from gateway.appliance.cli import build_parser
-from gateway.appliance.config import Config
 from gateway.base.outbox import OutboxRecord, RuleLimits
 from gateway.broker.contracts.hooks import BrokerHooks
+from outpost.app import build_hooks
+from outpost.cli import build_parser
+from outpost.config import Config
 from storage.config import StorageConfig
 from storage.sqlite import SqliteStore
 from storage.sqlite.uplink_outbox import SqliteOutbox

@@ -75,9 +75,9 @@ def launch(
 def start_broker(
     workdir: Path, config_text: str = "", extra_args: tuple[str, ...] = (), timeout: float = 15.0
 ) -> BrokerProcess:
-    """Run `python -m gateway run --listen 127.0.0.1:0` with an optional TOML config."""
+    """Run `python -m outpost run --listen 127.0.0.1:0` with an optional TOML config."""
     workdir.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "gateway", "--log-level", "DEBUG", "run",
+    args = [sys.executable, "-m", "outpost", "--log-level", "DEBUG", "run",
             "--listen", "127.0.0.1:0"]
     if config_text:
         config = workdir / "outpost.toml"

@@ -2,7 +2,7 @@
 
 Every section is a model with `extra="forbid"`, so a misspelt key is an error that names its
 path (`limits.max_packet_sise: Extra inputs are not permitted`). The appliance's `Config`
-(gateway.appliance.config) extends `BrokerConfig` with the sections of the other packages.
+(outpost.config) extends `BrokerConfig` with the sections of the other packages.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bench.bridge.simulator import Simulator
-from gateway.appliance.config import ConfigError, parse_config
+from outpost.config import ConfigError, parse_config
 from tests.gateway.broker.e2e.helpers import PahoClient, wait_for
 from tests.support.broker_proc import BrokerProcess
 

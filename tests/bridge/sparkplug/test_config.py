@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.appliance.config import ConfigError, parse_config
+from outpost.config import ConfigError, parse_config
 
 
 @pytest.mark.parametrize(("section", "expected"), [

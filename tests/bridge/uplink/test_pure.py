@@ -52,8 +52,8 @@ def test_gateway_status_topic_default_custom_and_off() -> None:
 
 
 def test_a_gateway_id_unfit_for_the_default_status_topic_is_a_config_error() -> None:
-    from gateway.appliance.config import parse_config
     from gateway.base.settings import ConfigError
+    from outpost.config import parse_config
 
     def uplink(remote: dict[str, object]) -> dict[str, object]:
         return {"gateway_id": "site#7",
@@ -142,8 +142,8 @@ def test_properties_need_a_v5_remote() -> None:
 def test_reload_changes_forward_rules_live() -> None:
     from bridge.uplink.hook import UplinkHook
     from bridge.uplink.service import UplinkService
-    from gateway.appliance.config import parse_config
     from gateway.broker.core.message import Message
+    from outpost.config import parse_config
 
     def config(filter_: str) -> object:
         return parse_config({"uplink": {
@@ -163,8 +163,8 @@ def test_reload_changes_forward_rules_live() -> None:
 
 
 def test_tls_files_are_relative_to_the_config_file(tmp_path: Path) -> None:
-    from gateway.appliance.config import load_config
     from gateway.base.settings import ConfigError
+    from outpost.config import load_config
 
     (tmp_path / "ca.pem").write_text("ca")
     path = tmp_path / "outpost.toml"

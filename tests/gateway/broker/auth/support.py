@@ -165,7 +165,7 @@ def start_secure_broker(workdir: Path, config_text: str, listeners: int,
     log_path = workdir / "broker.log"
     with log_path.open("w", encoding="utf-8") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--log-level", "DEBUG", "run", "--config",
+            [sys.executable, "-m", "outpost", "--log-level", "DEBUG", "run", "--config",
              str(config)],
             stdout=subprocess.PIPE, stderr=log_file, text=True, cwd=ROOT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},

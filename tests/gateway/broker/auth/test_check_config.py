@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.appliance.cli import main
-from gateway.appliance.config import load_config
 from gateway.base.settings import ConfigError
 from gateway.broker.contracts.passwords import hash_password
 from gateway.broker.net.security_files import read_policies
+from outpost.cli import main
+from outpost.config import load_config
 
 ROOT = Path(__file__).resolve().parents[4]
 PLAIN = "alice:plaintext\n"  # not a hash
@@ -184,7 +184,7 @@ acl_file = "bad.acl"
 def test_run_refuses_to_start_listing_every_bad_file(files):
     path = files / "outpost.toml"
     path.write_text("[status]\nenabled = false\n" + BAD_FILES, encoding="utf-8")
-    run = subprocess.run([sys.executable, "-m", "gateway", "run", "--config", str(path)],
+    run = subprocess.run([sys.executable, "-m", "outpost", "run", "--config", str(path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
     assert run.returncode == 2, run.stderr
     assert "listeners.1.password_file" in run.stderr and "listeners.1.acl_file" in run.stderr

@@ -8,13 +8,13 @@ import logging
 
 import pytest
 
-from gateway.appliance.config import Config
 from gateway.broker.codec import decode, encode
 from gateway.broker.codec.errors import MQTTProtocolError
 from gateway.broker.codec.packets import MQTT_3_1_1, MQTT_5, ConnAck, Connect, Disconnect, Publish
 from gateway.broker.contracts.config import LimitsConfig
 from gateway.broker.engine.broker import Broker
 from gateway.broker.engine.sys_topics import SECURITY_COUNTERS
+from outpost.config import Config
 from tests.gateway.broker.core.fakes import FakeSink, Harness
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.appliance.config import load_config, parse_config
 from gateway.base.settings import ConfigError
 from gateway.broker.contracts.config import listener_labels
+from outpost.config import load_config, parse_config
 
 
 def errors(listeners: list[dict[str, object]], base: Path | None = None) -> list[str]:

@@ -101,7 +101,7 @@ def test_reload_swaps_everything_or_nothing() -> None:
     security = Security([ListenerPolicy("lan", False, db(alice="one"))],
                         loader=lambda config: [ListenerPolicy("lan", False, db(alice="two"))])
     assert security.authenticate(info("lan", "alice"), b"one") == OK
-    from gateway.appliance.config import Config
+    from outpost.config import Config
 
     security.reload(Config())
     assert security.authenticate(info("lan", "alice"), b"one") == BAD

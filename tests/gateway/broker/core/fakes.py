@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.appliance.config import Config
 from gateway.broker.codec import NEED_DATA, decode
 from gateway.broker.codec.packets import MQTT_3_1_1, Connect, Packet, Subscribe, Subscription
 from gateway.broker.contracts.config import LimitsConfig
 from gateway.broker.contracts.hooks import BrokerHooks
 from gateway.broker.core.session import Connection
 from gateway.broker.engine.broker import Broker
+from outpost.config import Config
 
 
 class FakeSink:

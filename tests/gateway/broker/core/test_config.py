@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.appliance.config import Config, load_config, parse_config
 from gateway.base.hostport import parse_host_port
 from gateway.base.settings import ConfigError
+from outpost.config import Config, load_config, parse_config
 
 
 def test_defaults_listen_on_loopback_only_with_anonymous() -> None:

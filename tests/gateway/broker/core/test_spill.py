@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gateway.appliance.config import Config
 from gateway.broker.codec.packets import (
     MQTT_5,
     Connect,
@@ -17,6 +16,7 @@ from gateway.broker.contracts.hooks import BrokerHooks
 from gateway.broker.core.inflight import Delivery
 from gateway.broker.core.session import Connection
 from gateway.broker.engine.broker import Broker
+from outpost.config import Config
 from tests.gateway.broker.core.fakes import FakeSink
 
 

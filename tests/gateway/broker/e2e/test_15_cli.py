@@ -16,7 +16,7 @@ import pytest
 from tests.gateway.broker.e2e.helpers import RawClient
 
 ROOT = Path(__file__).resolve().parents[4]
-OUTPOST = [sys.executable, "-m", "gateway"]
+OUTPOST = [sys.executable, "-m", "outpost"]
 
 
 def outpost(*args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:

@@ -39,7 +39,7 @@ def secure_broker(tmp_path: Path) -> Iterator[Callable[[str, int], SecureBroker]
 
 
 def outpost_passwd(*args: str, input_text: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", "passwd", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "outpost", "passwd", *args], cwd=ROOT,
                           input=input_text, capture_output=True, text=True, timeout=30,
                           check=False)
 
@@ -169,11 +169,11 @@ def test_06_bad_password_file_refuses_to_start(tmp_path):
     config = tmp_path / "outpost.toml"
     config.write_text(f'[[listeners]]\nbind = "127.0.0.1:0"\npassword_file = "{path}"\n',
                       encoding="utf-8")
-    check = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(config)],
+    check = subprocess.run([sys.executable, "-m", "outpost", "check-config", str(config)],
                            cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
     assert check.returncode == 2
     assert "listeners.0.password_file" in check.stderr and "line 1" in check.stderr
-    run = subprocess.run([sys.executable, "-m", "gateway", "run", "--config", str(config)],
+    run = subprocess.run([sys.executable, "-m", "outpost", "run", "--config", str(config)],
                          cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
     assert run.returncode == 2 and "line 1" in run.stderr and "listening" not in run.stdout
 

@@ -190,9 +190,9 @@ def test_05_mosquitto_and_paho_clients(broker):
 
 def test_06_acl_reload(tmp_path):
     """`Security.reload` (what SIGHUP calls) reads the edited ACL file, all or nothing."""
-    from gateway.appliance.config import parse_config
     from gateway.broker.contracts.acl import Right
     from gateway.broker.net.security_files import load_security
+    from outpost.config import parse_config
 
     acl = tmp_path / "acl"
     acl.write_text("topic read a/#\n", encoding="utf-8")

@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def status(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", "status", *args],
+    return subprocess.run([sys.executable, "-m", "outpost", "status", *args],
                           capture_output=True, text=True, timeout=30, cwd=ROOT, check=False)
 
 

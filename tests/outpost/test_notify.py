@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway.appliance import daemon
-from gateway.appliance.app import serve
-from gateway.appliance.config import Config, StatusConfig
 from gateway.broker.contracts.config import ListenerConfig
+from outpost import daemon
+from outpost.app import serve
+from outpost.config import Config, StatusConfig
 from storage.config import StorageConfig
-from tests.gateway.appliance.support import NotifySocket, start_outpost
 from tests.gateway.broker.e2e.helpers import RawClient
+from tests.outpost.support import NotifySocket, start_outpost
 from tests.support.mosquitto import free_port
 from tests.support.waiting import wait_for
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require
-from tests.gateway.appliance.support import (
+from tests.gateway.broker.e2e.helpers import RawClient
+from tests.outpost.support import (
     ROOT,
     MovingDevice,
     Outpost,
@@ -27,7 +28,6 @@ from tests.gateway.appliance.support import (
     start_outpost,
     status_json,
 )
-from tests.gateway.broker.e2e.helpers import RawClient
 from tests.support.mosquitto import free_port
 from tests.support.waiting import wait_for
 

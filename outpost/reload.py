@@ -20,7 +20,7 @@ key by key, and then:
   may have changed while the TOML did not. Connections, sessions, queues and the uplink backlog
   are never touched by a reload.
 
-The registry is how components plug in (`gateway/appliance/app.py` does the registering):
+The registry is how components plug in (`outpost/app.py` does the registering):
 
     reloader.register("broker", broker_reloader(broker), sections=("limits", "sys"))
     reloader.register("bridge", bridge.reload, sections=("bridge",))     # device maps
@@ -42,10 +42,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.appliance.config import Config
 from gateway.base.settings import ConfigError
 from gateway.broker.contracts.hooks import BrokerHooks, HookChain
 from gateway.broker.engine.broker import Broker
+from outpost.config import Config
 
 log = logging.getLogger("outpost.reload")
 

@@ -29,8 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from bridge.uplink.hook import INBOUND_CLIENT_ID
-from gateway import __version__
-from gateway.appliance.update_command import (
+from gateway.broker.core.log_sampling import clip, worth_logging
+from gateway.broker.core.message import Message
+from gateway.broker.engine.broker import Broker
+from gateway.broker.engine.links import Link
+from outpost import __version__
+from outpost.update_command import (
     REFUSED_SUBTOPIC,
     STATUS_SUBTOPIC,
     CommandError,
@@ -41,10 +45,6 @@ from gateway.appliance.update_command import (
     read_json,
     write_json,
 )
-from gateway.broker.core.log_sampling import clip, worth_logging
-from gateway.broker.core.message import Message
-from gateway.broker.engine.broker import Broker
-from gateway.broker.engine.links import Link
 
 log = logging.getLogger("outpost.update")
 

@@ -43,10 +43,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.appliance.config import StatusConfig
-from gateway.appliance.status import StatusBoard
 from gateway.broker.contracts.auth import PasswordDB
 from gateway.broker.contracts.passwords import parse_password_text
+from outpost.config import StatusConfig
+from outpost.status import StatusBoard
 
 log = logging.getLogger("outpost.status")
 
@@ -63,7 +63,7 @@ _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"
 
 def status_page() -> bytes:
     """The HTML of the status page (package data next to this module)."""
-    return resources.files("gateway.appliance").joinpath("status_page.html").read_bytes()
+    return resources.files("outpost").joinpath("status_page.html").read_bytes()
 
 
 # -- the store files provider -----------------------------------------------------------------

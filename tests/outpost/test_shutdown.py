@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from gateway.appliance import app
-from gateway.appliance.config import Config, StatusConfig
-from gateway.appliance.daemon import ShutdownTimeoutError
 from gateway.broker.codec.packets import Publish, Will
 from gateway.broker.codec.reason_codes import ReasonCode
 from gateway.broker.contracts.config import ListenerConfig
+from outpost import app
+from outpost.config import Config, StatusConfig
+from outpost.daemon import ShutdownTimeoutError
 from storage.memory import MemoryStore
-from tests.gateway.appliance.support import NotifySocket, start_outpost
 from tests.gateway.broker.e2e.v5_helpers import connected
+from tests.outpost.support import NotifySocket, start_outpost
 from tests.support.waiting import wait_for
 
 

@@ -23,13 +23,13 @@ from typing import Any
 from tests.support.broker_proc import BrokerProcess, launch
 from tests.support.rtu_device import RtuDevice, crc_bytes
 
-ROOT = Path(__file__).resolve().parents[3]  # the repository
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 _STATUS_LOG = re.compile(r"status page, /status and /metrics on (https?://\S+)")
 
 # Runs `outpost` with systemd-python hidden: the daemon must use its built-in senders.
 HIDE_SYSTEMD = (
     "import sys; sys.modules['systemd'] = None; sys.modules['systemd.daemon'] = None; "
-    "sys.modules['systemd.journal'] = None; from gateway.appliance.cli import main; "
+    "sys.modules['systemd.journal'] = None; from outpost.cli import main; "
     "sys.exit(main(sys.argv[1:]))"
 )
 
@@ -73,7 +73,7 @@ def start_outpost(
         config_text += '\n[status]\nbind = "127.0.0.1:0"\n'
     config.write_text(config_text, encoding="utf-8")
     base = [sys.executable, "-c", HIDE_SYSTEMD] if hide_systemd else [
-        sys.executable, "-m", "gateway"]
+        sys.executable, "-m", "outpost"]
     args = [*base, "--log-level", "DEBUG", "run", "--config", str(config), *extra_args]
     if listen is not None:
         args += ["--listen", listen]

@@ -14,7 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.broker.contracts.passwords import hash_password
-from tests.gateway.appliance.support import (
+from tests.gateway.broker.e2e.helpers import RawClient
+from tests.outpost.support import (
     ROOT,
     MovingDevice,
     Outpost,
@@ -23,7 +24,6 @@ from tests.gateway.appliance.support import (
     start_outpost,
     status_json,
 )
-from tests.gateway.broker.e2e.helpers import RawClient
 from tests.support.waiting import wait_for
 
 
@@ -123,7 +123,7 @@ def test_status_json(gateway: Outpost, two_clients: tuple[RawClient, RawClient])
 def test_outpost_status_prints_a_summary(gateway: Outpost,
                                          two_clients: tuple[RawClient, RawClient]) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gateway", "status", "--url", gateway.url("")],
+        [sys.executable, "-m", "outpost", "status", "--url", gateway.url("")],
         capture_output=True, text=True, timeout=30, cwd=ROOT, check=False,
     )
     assert result.returncode == 0, result.stderr
@@ -136,7 +136,7 @@ def test_outpost_status_prints_a_summary(gateway: Outpost,
     assert " kW" in out and "store       " in out and "outpost.db (full)" in out
     assert "ops-first" in out and "ops-second" in out
     raw = subprocess.run(
-        [sys.executable, "-m", "gateway", "status", "--url", gateway.url(""), "--json"],
+        [sys.executable, "-m", "outpost", "status", "--url", gateway.url(""), "--json"],
         capture_output=True, text=True, timeout=30, cwd=ROOT, check=True,
     )
     assert json.loads(raw.stdout)["clients"]["connected"] == 2
@@ -150,7 +150,7 @@ def test_outpost_status_finds_the_endpoint_in_the_config(gateway: Outpost) -> No
     config.write_text(f'[status]\nbind = "0.0.0.0:{port}"\npassword_file = "{users}"\n',
                       encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "-m", "gateway", "status", "--config", str(config)],
+        [sys.executable, "-m", "outpost", "status", "--config", str(config)],
         capture_output=True, text=True, timeout=30, cwd=ROOT, check=False,
     )
     assert result.returncode == 0, result.stderr
@@ -162,7 +162,7 @@ def test_outpost_status_when_nothing_runs(tmp_path: Path) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     result = subprocess.run(
-        [sys.executable, "-m", "gateway", "status", "--url", f"http://127.0.0.1:{port}"],
+        [sys.executable, "-m", "outpost", "status", "--url", f"http://127.0.0.1:{port}"],
         capture_output=True, text=True, timeout=30, cwd=ROOT, check=False,
     )
     assert result.returncode == 1

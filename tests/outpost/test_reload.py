@@ -8,13 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from gateway.broker.codec.packets import Publish
-from tests.gateway.appliance.support import (
+from tests.gateway.broker.e2e.helpers import RawClient
+from tests.outpost.support import (
     MovingDevice,
     bridge_config,
     start_outpost,
     status_json,
 )
-from tests.gateway.broker.e2e.helpers import RawClient
 from tests.support.waiting import wait_for
 
 CONNACK_OK = bytes.fromhex("20020000")

@@ -25,8 +25,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway.appliance import update
-from gateway.appliance.update_command import (
+from outpost import update
+from outpost.update_command import (
     DONE_KEPT,
     Spool,
     UpdateCommand,

@@ -6,7 +6,7 @@ How this works:
   is installed, else through a few lines that write the datagram to `$NOTIFY_SOCKET`
   themselves (the protocol is one `KEY=value` per line). Without `$NOTIFY_SOCKET` (not started
   by systemd with `Type=notify`) every call is a no-op. Which path is used is logged once.
-- `Daemon` is what `gateway/appliance/app.py` runs next to the broker. `start()` is called once
+- `Daemon` is what `outpost/app.py` runs next to the broker. `start()` is called once
   the store
   is open and every listener is bound; it binds the status endpoint, then sends `READY=1` and a
   first `STATUS=`. A timer on the event loop itself sends `WATCHDOG=1` at half of
@@ -14,7 +14,7 @@ How this works:
   pings and systemd restarts the service. Every `[status] history_interval` the status board
   takes a sample and `STATUS=` is refreshed when its text changed ("3 clients, devices 2/3
   online, uplink up, backlog 0, 1.5 msg/s in").
-- SIGHUP: `RELOADING=1`, `Reloader.reload()` (gateway/appliance/reload.py), `READY=1`.
+- SIGHUP: `RELOADING=1`, `Reloader.reload()` (outpost/reload.py), `READY=1`.
 - `shutdown()` wraps the graceful stop: `STOPPING=1`, the status endpoint closes, the caller
   stops the bridge, the uplink and the server (which says DISCONNECT 0x8B to v5 clients,
   publishes wills and flushes the store) — all within `stop_timeout` seconds. Past that
@@ -43,12 +43,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gateway.appliance.config import Config
-from gateway.appliance.reload import Reloader, broker_reloader, hook_reloaders
-from gateway.appliance.status import StatusBoard, summary_line
-from gateway.appliance.status_http import StatusServer, StoreFiles
 from gateway.broker.contracts.hooks import BrokerHooks, HookChain
 from gateway.broker.engine.broker import Broker
+from outpost.config import Config
+from outpost.reload import Reloader, broker_reloader, hook_reloaders
+from outpost.status import StatusBoard, summary_line
+from outpost.status_http import StatusServer, StoreFiles
 
 log = logging.getLogger("outpost.daemon")
 

@@ -20,13 +20,12 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from bridge import cli as bridge_cli
-from gateway import __version__
-from gateway.appliance import update, update_runner
-from gateway.appliance.config import Config, config_folder, load_config, secret_warnings
-from gateway.appliance.update_command import Spool
 from gateway.base.hostport import parse_host_port
 from gateway.base.settings import ConfigError
 from gateway.broker.contracts.config import ListenerConfig
+from outpost import __version__, update, update_runner
+from outpost.config import Config, config_folder, load_config, secret_warnings
+from outpost.update_command import Spool
 
 DEFAULT_STATE_DIR = Path("/var/lib/outpost")
 DEFAULT_CONFIG = Path("/etc/outpost/outpost.toml")
@@ -165,7 +164,7 @@ def _add_update_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def cmd_update(args: argparse.Namespace) -> int:
-    """`outpost update install|run-request|status|health-check`: gateway.appliance.update
+    """`outpost update install|run-request|status|health-check`: outpost.update
     and update_runner do the work."""
     device = update.Device()
 
@@ -227,7 +226,7 @@ def _with_listeners(config: Config, listen: list[str] | None) -> Config:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """`outpost run`."""
-    from gateway.appliance.app import run
+    from outpost.app import run
 
     try:
         config = _with_listeners(load_config(args.config), args.listen)
@@ -279,8 +278,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     import json
     import ssl
 
-    from gateway.appliance.status import render_text
-    from gateway.appliance.status_client import (
+    from outpost.status import render_text
+    from outpost.status_client import (
         CredentialsNeededError,
         StatusUnavailableError,
         fetch_status,
@@ -420,8 +419,8 @@ def cmd_passwd(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """`outpost demo`: a thin call into `gateway.appliance.demo.run_demo`."""
-    from gateway.appliance.demo import run_demo
+    """`outpost demo`: a thin call into `outpost.demo.run_demo`."""
+    from outpost.demo import run_demo
 
     if importlib.util.find_spec("pymodbus") is None:  # the simulated meter needs it
         print("outpost demo needs pymodbus for its simulated meter: "

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from gateway.appliance import status as status_module
-from gateway.appliance.config import Config, load_config
-from gateway.appliance.reload import Reloader, broker_reloader, diff, reloadable_hooks
-from gateway.appliance.status import StatusBoard, StatusProvider, render_text, summary_line
 from gateway.base.settings import ConfigError
 from gateway.broker.codec.packets import Publish
 from gateway.broker.contracts.hooks import BrokerHooks, HookChain
 from gateway.broker.engine.links import Link
+from outpost import status as status_module
+from outpost.config import Config, load_config
+from outpost.reload import Reloader, broker_reloader, diff, reloadable_hooks
+from outpost.status import StatusBoard, StatusProvider, render_text, summary_line
 from tests.gateway.broker.core.fakes import Harness
 
 
@@ -264,7 +264,7 @@ def test_secrets_and_tables_are_not_logged() -> None:
     described = {c.path: c.describe() for c in diff(old, new)}
     assert described["bridge.prefix"] == "bridge.prefix: 'devices' -> 'plant'"
     assert described["listeners"] == "listeners: changed"
-    from gateway.appliance.reload import Change
+    from outpost.reload import Change
 
     assert Change("uplink.remotes.password", "a", "b").describe() == (
         "uplink.remotes.password: changed (secret, not shown)")

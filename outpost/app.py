@@ -22,18 +22,18 @@ from bridge.sparkplug.service import SparkplugService
 from bridge.uplink.hook import UplinkHook
 from bridge.uplink.outbox import MemoryOutbox
 from bridge.uplink.service import UplinkService
-from gateway.appliance.config import Config, command_local_topics
-from gateway.appliance.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
-from gateway.appliance.reload import Reloader
-from gateway.appliance.remote_update import RemoteUpdateService
-from gateway.appliance.status import StatusProvider
-from gateway.appliance.update_command import Spool
 from gateway.base.outbox import Outbox
 from gateway.base.settings import ConfigError
 from gateway.broker.contracts.hooks import BrokerHooks, HookChain
 from gateway.broker.engine.broker import Broker
 from gateway.broker.net.security_files import load_security
 from gateway.broker.net.server import Server
+from outpost.config import Config, command_local_topics
+from outpost.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
+from outpost.reload import Reloader
+from outpost.remote_update import RemoteUpdateService
+from outpost.status import StatusProvider
+from outpost.update_command import Spool
 from storage.sqlite import SqliteStore
 from storage.sqlite.uplink_outbox import SqliteOutbox
 
@@ -114,8 +114,8 @@ async def serve(
 ) -> None:
     """Run the broker until `stop` is set (or SIGINT/SIGTERM when `stop` is None).
 
-    `reload_config` re-reads the configuration on SIGHUP (gateway/appliance/reload.py); the daemon
-    (gateway/appliance/daemon.py) tells systemd READY=1 once everything is bound, pings the
+    `reload_config` re-reads the configuration on SIGHUP (outpost/reload.py); the daemon
+    (outpost/daemon.py) tells systemd READY=1 once everything is bound, pings the
     watchdog and
     serves the status endpoint; shutdown must finish within `stop_timeout` seconds or
     `ShutdownTimeoutError` is raised.

@@ -44,10 +44,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.appliance.config import Config
 from gateway.base.hostport import parse_host_port
 from gateway.broker.codec import decode, encode
 from gateway.broker.codec.packets import ConnAck, Connect
+from outpost.config import Config
 from storage.sqlite import admin
 
 Progress = Callable[[str], None]

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.appliance import update
-from gateway.appliance.config import parse_config
+from outpost import update
+from outpost.config import parse_config
 from tests.conftest import require
-from tests.gateway.appliance.support import start_outpost
+from tests.outpost.support import start_outpost
 from tests.support.https_server import serve_https
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB

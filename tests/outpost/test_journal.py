@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.appliance import daemon
+from outpost import daemon
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from bridge.uplink.config import RemoteConfig
-from gateway.appliance.config import ConfigError, parse_config, secret_warnings
 from gateway.broker.contracts.passwords import hash_password
-from tests.gateway.appliance.support import ROOT, http_get, start_outpost
+from outpost.config import ConfigError, parse_config, secret_warnings
 from tests.gateway.broker.auth.support import make_pki
+from tests.outpost.support import ROOT, http_get, start_outpost
 
 
 def password_file(path: Path, user: str = "scraper", password: bytes = b"s3cret") -> Path:
@@ -120,7 +120,7 @@ def test_check_config_warns_about_secrets_others_can_read(tmp_path: Path) -> Non
         '[uplink]\nenabled = true\n[[uplink.remotes]]\naddresses = ["127.0.0.1:1883"]\n'
         'password = "hunter2"\n', encoding="utf-8")
     os.chmod(config, 0o644)
-    done = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(config)],
+    done = subprocess.run([sys.executable, "-m", "outpost", "check-config", str(config)],
                           capture_output=True, text=True, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr
     assert "warning: uplink.remotes.0.password: the uplink password is in clear text" in \
@@ -155,7 +155,7 @@ def test_outpost_status_reads_an_https_endpoint_with_a_password(tmp_path: Path) 
             env = {k: v for k, v in os.environ.items() if k != "OUTPOST_STATUS_PASSWORD"}
             if password is not None:
                 env["OUTPOST_STATUS_PASSWORD"] = password
-            return subprocess.run([sys.executable, "-m", "gateway", "status", *args],
+            return subprocess.run([sys.executable, "-m", "outpost", "status", *args],
                                   capture_output=True, text=True, timeout=60, cwd=ROOT,
                                   env=env, stdin=subprocess.DEVNULL, check=False)
 

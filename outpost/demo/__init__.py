@@ -1,9 +1,9 @@
 """`outpost demo`: the whole pipeline on one machine, on 127.0.0.1 only.
 
 How this works: every part is a real child process in its own process group, with its log in
-`<work>/logs/`: the Modbus simulator and the serial sensor (`gateway.appliance.demo.devices`, the
+`<work>/logs/`: the Modbus simulator and the serial sensor (`outpost.demo.devices`, the
 sensor
-behind a socat pty pair), the gateway (`python -m gateway run` with a generated config: bridge,
+behind a socat pty pair), the gateway (`python -m outpost run` with a generated config: bridge,
 uplink forwarding `devices/#` plus, by default, its own diagnostics and status, status
 endpoint), a second outpost as the cloud broker (plain broker configuration, its own state
 directory) and the lander writing `<work>/bronze` (the device data, the uplink diagnostics and
@@ -35,8 +35,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from gateway.appliance.demo.devices import POINTS
-from gateway.appliance.status_client import StatusUnavailableError, fetch_status
+from outpost.demo.devices import POINTS
+from outpost.status_client import StatusUnavailableError, fetch_status
 
 UNITS = (1, 2, 3)
 GATEWAY_ID = "demo-gw"
@@ -276,7 +276,7 @@ class Demo:
         raise DemoError(f"{what}: not within {timeout:.0f} s")
 
     def start_gateway(self, config: Path) -> Child:
-        gw = self.child("gateway", [self.py, "-m", "gateway", "run", "--config", str(config),
+        gw = self.child("gateway", [self.py, "-m", "outpost", "run", "--config", str(config),
                                     "--listen", f"127.0.0.1:{self.ports.gateway}",
                                     "--state-dir", str(self.work / "state")])
         self.wait_until("gateway", lambda: port_open(self.ports.gateway)
@@ -285,7 +285,7 @@ class Demo:
 
     def start_cloud(self) -> Child:
         cloud = self.child("cloud-broker", [
-            self.py, "-m", "gateway", "run", "--config", str(self.work / "config/cloud.toml"),
+            self.py, "-m", "outpost", "run", "--config", str(self.work / "config/cloud.toml"),
             "--listen", f"127.0.0.1:{self.ports.cloud}",
             "--state-dir", str(self.work / "cloud-state")])
         self.wait_until("cloud broker", lambda: port_open(self.ports.cloud), 30, cloud)
@@ -366,7 +366,7 @@ class Demo:
         self.phase(f"1/7 setting up in {self.work} (about {d:.0f} s of device data)")
         self.prepare()
         cfg = self.work / "config"
-        sim = self.child("modbus-sim", [self.py, "-m", "gateway.appliance.demo.devices", "modbus",
+        sim = self.child("modbus-sim", [self.py, "-m", "outpost.demo.devices", "modbus",
                                         "--port", str(p.modbus),
                                         "--units", ",".join(map(str, UNITS))])
         self.wait_until("modbus simulator", lambda: port_open(p.modbus), 20, sim)
@@ -378,7 +378,7 @@ class Demo:
                                          f"pty,raw,echo=0,link={other}"])
             self.wait_until("socat pty pair", lambda: self.tty is not None and self.tty.exists()
                             and other.exists(), 10, socat)
-            self.child("serial-sensor", [self.py, "-m", "gateway.appliance.demo.devices", "serial",
+            self.child("serial-sensor", [self.py, "-m", "outpost.demo.devices", "serial",
                                          "--tty", str(other)])
             self.say(f"  serial sensor        {self.tty} (socat pty, 'T=21.53 H=45.2' lines)")
         cloud = self.start_cloud()

@@ -22,16 +22,16 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from gateway.appliance import update
-from gateway.appliance.config import parse_config
-from gateway.appliance.remote_update import RemoteUpdateService
-from gateway.appliance.update_command import CommandError, Spool, parse_command, write_json
-from gateway.appliance.update_runner import run_request
 from gateway.base.settings import ConfigError
+from outpost import update
+from outpost.config import parse_config
+from outpost.remote_update import RemoteUpdateService
+from outpost.update_command import CommandError, Spool, parse_command, write_json
+from outpost.update_runner import run_request
 from tests.bridge.uplink.test_uplink_e2e import Recorder, publish_local
 from tests.conftest import require
-from tests.gateway.appliance.test_update import PAYLOAD, Server, https_server
 from tests.gateway.broker.e2e.helpers import RawClient, wait_for
+from tests.outpost.test_update import PAYLOAD, Server, https_server
 from tests.support.broker_proc import ROOT, BrokerProcess
 from tests.support.mosquitto import Mosquitto, start_mosquitto
 
@@ -111,7 +111,7 @@ def run_request_command(config: Path, state: Path, download: Path
                         ) -> subprocess.CompletedProcess[str]:
     """What outpost-update.service runs (as root on the device), here without the reboot."""
     return subprocess.run(
-        [sys.executable, "-m", "gateway", "update", "run-request", "--config", str(config),
+        [sys.executable, "-m", "outpost", "update", "run-request", "--config", str(config),
          "--state-dir", str(state), "--download-dir", str(download), "--no-reboot"],
         capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
 
@@ -304,7 +304,7 @@ def test_config_errors_name_the_key(text: str, error: str, tmp_path: Path) -> No
 def test_the_command_arrives_where_the_inbound_rule_maps_it() -> None:
     import tomllib
 
-    from gateway.appliance.config import command_local_topics
+    from outpost.config import command_local_topics
 
     config = parse_config(tomllib.loads(_config("enabled = true", inbound="outpost-cmd/#")))
     assert command_local_topics(config.uplink, COMMAND) == [f"from-cloud/{COMMAND}"]

@@ -19,13 +19,13 @@ from bridge.homeassistant.config import HomeAssistantConfig
 from bridge.sparkplug.config import SparkplugConfig, sparkplug_id
 from bridge.sparkplug.hold import RULE as HOLD_RULE
 from bridge.uplink.config import UplinkConfig
-from gateway.appliance.update_command import RemoteUpdateConfig
 from gateway.base.config_paths import existing_file
 from gateway.base.hostport import is_loopback, parse_host_port
 from gateway.base.settings import ConfigError, Section, format_errors
 from gateway.broker.codec.topics import topic_matches
 from gateway.broker.contracts.config import BrokerConfig
 from gateway.broker.contracts.passwords import PasswordFileError, parse_password_text
+from outpost.update_command import RemoteUpdateConfig
 from storage.config import StorageConfig
 
 __all__ = ["Config", "ConfigError", "StatusConfig", "load_config", "parse_config",

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import require
 
-ROOT = Path(__file__).resolve().parents[3]  # the repository
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 SYSTEMD = ROOT / "systemd"
 UNIT = SYSTEMD / "outpost.service"
 HOST_UNITS = Path("/usr/lib/systemd/system")
@@ -122,8 +122,8 @@ def test_unit_has_what_the_appliance_needs() -> None:
     assert "@system-service" in settings["SystemCallFilter"]
     assert one("MemoryMax")
     assert one("UMask") == "0027"
-    # The daemon's own deadline (gateway/appliance/daemon.py) must end before systemd's SIGKILL.
-    from gateway.appliance.daemon import STOP_TIMEOUT
+    # The daemon's own deadline (outpost/daemon.py) must end before systemd's SIGKILL.
+    from outpost.daemon import STOP_TIMEOUT
 
     assert int(one("TimeoutStopSec").rstrip("s")) > STOP_TIMEOUT
     exec_start = shlex.split(one("ExecStart"))

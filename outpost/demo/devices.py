@@ -1,12 +1,12 @@
 """The demo's simulated devices, run as child processes of `outpost demo`.
 
-`python -m gateway.appliance.demo.devices modbus --port P --units 1,2,3`: a pymodbus TCP server
+`python -m outpost.demo.devices modbus --port P --units 1,2,3`: a pymodbus TCP server
 holding
 one meter per unit whose input registers change every half second (voltage, current, power,
 an energy counter), as a PLC changing its memory looks from the bus. Prints
 `simulator listening on P` once serving.
 
-`python -m gateway.appliance.demo.devices serial --tty PATH`: writes `T=21.53 H=45.2` lines twice a
+`python -m outpost.demo.devices serial --tty PATH`: writes `T=21.53 H=45.2` lines twice a
 second to one end of a socat pty pair (a serial temperature / humidity sensor).
 Both run until killed.
 """
