@@ -100,7 +100,8 @@ class Run:
     `line` replaces the documented line when that one is a synopsis (`[--opt X]`, `a|b`);
     `gateway`: needs the running gateway; `prompts`: typed at the terminal, one per prompt;
     `server`: the line runs until stopped: it must print its listening line, show `shows`,
-    then exit 0 on SIGTERM.
+    then exit 0 on SIGTERM; `user`: (name, present) for an `outpost passwd` line, the state of
+    the password file it starts from (the lines may run in any order, on any worker).
     """
 
     shows: str
@@ -109,6 +110,7 @@ class Run:
     gateway: bool = False
     prompts: tuple[str, ...] = ()
     server: bool = False
+    user: tuple[str, bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         Run(r"(?m)^outpost \S+ \(outpost [0-9.]+\)\n  uptime ", gateway=True),
     ),
     "outpost passwd FILE USER": (
-        Run(r"added user 'bob'", prompts=("bob-secret", "bob-secret")),
+        Run(r"added user 'bob'", prompts=("bob-secret", "bob-secret"), user=("bob", False)),
     ),
     "outpost db stats|sessions|queue CLIENT|retained [FILTER]|check|vacuum|backup DEST": (
         Run(r"file_bytes\s+\d+", gateway=True, line=f"outpost db stats {STATE}"),
@@ -287,14 +289,17 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
     "outpost db check --state-dir /var/lib/outpost": (Run(r"^ok\n$", gateway=True),),
     # docs/security.md
     "outpost passwd /etc/outpost/passwd alice": (
-        Run(r"added user 'alice'", prompts=("alice-secret", "alice-secret")),
+        Run(r"added user 'alice'", prompts=("alice-secret", "alice-secret"),
+            user=("alice", False)),
     ),
     "printf '%s\\n' \"$PW\" | outpost passwd --stdin /etc/outpost/passwd alice": (
-        Run(r"updated user 'alice'"),
+        Run(r"updated user 'alice'", user=("alice", True)),
     ),
-    "outpost passwd -D /etc/outpost/passwd alice": (Run(r"deleted user 'alice'"),),
+    "outpost passwd -D /etc/outpost/passwd alice": (
+        Run(r"deleted user 'alice'", user=("alice", True)),
+    ),
     "outpost passwd --iterations 100000 FILE USER": (
-        Run(r"updated user 'bob'", prompts=("bob-2", "bob-2")),
+        Run(r"updated user 'bob'", prompts=("bob-2", "bob-2"), user=("bob", True)),
     ),
     # docs/storage.md
     **{line: (NotRunnable(BENCH),) for line in (
@@ -395,7 +400,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Machine:
     (etc / "passwd").unlink()  # the first `outpost passwd` line creates it, in table order
     for path in (state, backups, bin_dir):
         path.mkdir()
-    (bin_dir / "outpost").write_text(f'#!/bin/sh\nexec {sys.executable} -m gateway "$@"\n',
+    (bin_dir / "outpost").write_text(f'#!/bin/sh\nexec {sys.executable} -m outpost "$@"\n',
                                      encoding="utf-8")
     (bin_dir / "outpost").chmod(0o755)
     # A wrapper, not a symlink: a venv's python finds its site-packages (pyvenv.cfg) only when
@@ -416,7 +421,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Machine:
 def gateway(machine: Machine) -> Iterator[Machine]:
     """A real `outpost run` on the machine's state dir, with something stored to look at."""
     process, _ = launch(
-        [sys.executable, "-m", "gateway", "run", "--config", str(machine.config),
+        [sys.executable, "-m", "outpost", "run", "--config", str(machine.config),
          "--listen", "127.0.0.1:0", "--state-dir", str(machine.state)],
         machine.root / "gateway.log", timeout=30)
     try:
@@ -485,6 +490,8 @@ def test_documented_command_runs(documented: str, entry: Run, machine: Machine,
                                  request: pytest.FixtureRequest) -> None:
     if entry.gateway:
         request.getfixturevalue("gateway")
+    if entry.user:
+        given_user(machine, *entry.user)
     line = machine.local(entry.line or documented)
     if entry.server:
         server, printed = launch(["bash", "-c", f"exec {line}"], machine.root / "server.log",
@@ -502,6 +509,17 @@ def test_documented_command_runs(documented: str, entry: Run, machine: Machine,
     check_password_file(documented, entry, machine)
     if "$(date +%F)" in documented:
         assert (machine.backups / f"outpost-{date.today():%Y-%m-%d}.db").stat().st_size > 0
+
+
+def given_user(machine: Machine, name: str, present: bool) -> None:
+    """Bring the password file to the state a documented `outpost passwd` line starts from."""
+    passwd = machine.etc / "passwd"
+    users = parse_password_text(passwd.read_text(encoding="utf-8")) if passwd.exists() else {}
+    if (name in users) == present:
+        return
+    command = ["--stdin", str(passwd), name] if present else ["-D", str(passwd), name]
+    subprocess.run([sys.executable, "-m", "outpost", "passwd", *command], input="given-secret\n",
+                   capture_output=True, text=True, env=machine.env(), timeout=60, check=True)
 
 
 def check_password_file(documented: str, entry: Run, machine: Machine) -> None:
