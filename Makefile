@@ -12,8 +12,12 @@ DEBIAN_PACKAGES += stress-ng
 # systemd-python (the [systemd] extra); chromium: the status page test (headless).
 DEBIAN_PACKAGES += systemd libsystemd-dev pkg-config chromium
 STAMP := $(VENV)/.installed-stamp
+# npm projects that tests drive as real third-party peers, one folder each with its
+# package.json and package-lock.json; `make node-packages` runs `npm ci` in each (from the
+# registry, never a download of its own). Each feature adds its folder with a line of its own.
+NPM_DIRS :=
 
-.PHONY: demo test test-loaded lint typecheck unit soak bench system-packages clean
+.PHONY: demo test test-loaded lint typecheck unit soak bench system-packages node-packages clean
 
 # system-packages first (order only): systemd-python in the dev extras builds against libsystemd.
 $(STAMP): pyproject.toml | system-packages
@@ -33,11 +37,19 @@ system-packages:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	else echo "not root: tests needing$$missing will be skipped (sudo make system-packages)" >&2; fi
+
+node-packages: system-packages
+	@for dir in $(NPM_DIRS); do \
+	  if [ ! -f "$$dir/node_modules/.package-lock.json" ] || \
+	     [ "$$dir/package-lock.json" -nt "$$dir/node_modules/.package-lock.json" ]; then \
+	    echo "npm ci in $$dir"; (cd "$$dir" && npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
+	  fi; done
 
 demo: $(STAMP)
 	$(VENV)/bin/outpost demo
@@ -54,13 +66,13 @@ typecheck: $(STAMP)
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
-test: $(STAMP) system-packages lint typecheck
+test: $(STAMP) system-packages node-packages lint typecheck
 	$(PYTEST)
 
 # The suite with a CPU hog on every core (stress-ng), RUNS times in a row: a test that waits for
 # time instead of for its event fails here first. Stops at the first failing run.
 RUNS ?= 1
-test-loaded: $(STAMP) system-packages lint typecheck
+test-loaded: $(STAMP) system-packages node-packages lint typecheck
 	@for run in $$(seq $(RUNS)); do \
 	  stress-ng --cpu 0 --cpu-load 100 --quiet & hog=$$!; \
 	  $(PYTEST); status=$$?; \
