@@ -209,3 +209,19 @@ def test_update_units_verify_and_run_the_runner_as_root(unit_root: Path) -> None
     exec_start = shlex.split(service["Service"]["ExecStart"])
     assert exec_start[1:3] == ["update", "run-request"]
     assert "/var/lib/outpost" in exec_start
+
+
+def test_the_device_starts_the_appliance_only_through_its_console_script() -> None:
+    """Every unit and boot script runs `outpost` (the console script in the bundle's venv),
+    never a Python module path: a bundle that moves modules brings its own entry point, and
+    nothing left on the data or boot partition names a module the new root no longer has."""
+    started = [*SYSTEMD.glob("*.service"), *(ROOT / "image/overlay").rglob("*")]
+    module_run = re.compile(r"python3?\s+-m\s+(?!venv\b|pip\b)([\w.]+)")
+    offenders = [f"{path.relative_to(ROOT)}: -m {match.group(1)}"
+                 for path in started if path.is_file()
+                 for match in module_run.finditer(path.read_text("utf-8", errors="replace"))]
+    assert offenders == []
+    commands = [line for path in SYSTEMD.glob("*.service")
+                for line in path.read_text("utf-8").splitlines() if line.startswith("ExecStart=")]
+    assert commands and all(re.match(r"ExecStart=/opt/outpost/venv/bin/outpost ", line)
+                            for line in commands), commands
