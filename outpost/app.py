@@ -145,7 +145,8 @@ async def serve(
     interop: list[Interop] = []
     if config.bridge.devices or config.bridge.serial:
         bridge = Bridge(config.bridge, broker)
-        interop = start_interop(config, bridge, broker, daemon.reloader, outbox)
+        interop = start_interop(config, bridge, broker, daemon.reloader, outbox,
+                                state_dir or config.storage.state_dir)
         await bridge.start()
     elif config.sparkplug.enabled or config.homeassistant.enabled:
         log.warning("[sparkplug] / [homeassistant] enabled but [bridge] has no devices: "
@@ -190,12 +191,14 @@ class Interop(Protocol):
 
 
 def start_interop(config: Config, bridge: Bridge, broker: Broker, reloader: Reloader,
-                  outbox: Outbox | None) -> list[Interop]:
-    """The Sparkplug edge node (holding DATA in `outbox`) and Home Assistant discovery, when
-    enabled (call before the bridge starts: they see every status it publishes)."""
+                  outbox: Outbox | None, state_dir: Path | None = None) -> list[Interop]:
+    """The Sparkplug edge node (holding DATA in `outbox`, bdSeq in `state_dir`) and Home
+    Assistant discovery, when enabled (call before the bridge starts: they see every status
+    it publishes)."""
     parts: list[Interop] = []
     if config.sparkplug.enabled and outbox is not None:
-        sparkplug = SparkplugService(config.sparkplug, config.gateway_id, bridge, outbox)
+        sparkplug = SparkplugService(config.sparkplug, config.gateway_id, bridge, outbox,
+                                     state_dir)
         sparkplug.start()
         parts.append(sparkplug)
     if config.homeassistant.enabled:

@@ -13,6 +13,9 @@ from outpost.config import ConfigError, parse_config
     ({"enabled": True, "addresses": []}, "sparkplug.addresses: Value error, needs at least one"),
     ({"enabled": True, "hold_max": -1}, "sparkplug.hold_max:"),
     ({"enabled": True, "qos": 1}, "sparkplug.qos:"),
+    ({"enabled": True, "tls": {"ca_file": "/nonexistent/ca.crt"}}, "sparkplug.tls.ca_file:"),
+    ({"enabled": True, "tls": {"cert": "c.crt"}}, "sparkplug.tls.cert:"),
+    ({"enabled": True, "dbirth_wait": -1}, "sparkplug.dbirth_wait:"),
     ({"enabled": True, "gateway_id": "site/7"},
      "sparkplug: Value error, edge_node_id: the gateway_id 'site/7': must be"),
 ])

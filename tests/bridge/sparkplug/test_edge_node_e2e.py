@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,10 +23,9 @@ from tests.bridge.sparkplug.host import (
     rebirth_request,
 )
 from tests.bridge.support import SimulatorProcess
-from tests.conftest import require
 from tests.gateway.broker.e2e.helpers import PahoClient, wait_for
 from tests.support.broker_proc import BrokerProcess
-from tests.support.mosquitto import Mosquitto, free_port, start_mosquitto
+from tests.support.mosquitto import Mosquitto, free_port
 
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
 BOOLEAN, UINT16, INT64, STRING, DOUBLE = 11, 6, 4, 12, 10
@@ -70,27 +69,6 @@ points = [
   {{ name = "pump", table = "coil", address = 5, writable = true }},
 ]
 """
-
-
-@pytest.fixture
-def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
-    require("mosquitto")
-    with start_mosquitto(tmp_path / "mosquitto") as broker:
-        yield broker
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    simulator = Simulator([1], "tcp", size=20)
-    simulator.start()
-    yield simulator
-    simulator.stop()
-
-
-@pytest.fixture
-def host(mosquitto: Mosquitto) -> Iterator[SparkplugHost]:
-    with SparkplugHost(mosquitto) as client:
-        yield client
 
 
 def check_seq(seen: list[Seen]) -> None:
