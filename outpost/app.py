@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from bridge.config import BridgeConfig
 from bridge.homeassistant.discovery import HomeAssistantDiscovery
+from bridge.homeassistant.gateway import GatewayInfo
 from bridge.runtime import Bridge
 from bridge.sparkplug.service import SparkplugService
 from bridge.uplink.hook import UplinkHook
@@ -28,6 +29,7 @@ from gateway.broker.contracts.hooks import BrokerHooks, HookChain
 from gateway.broker.engine.broker import Broker
 from gateway.broker.net.security_files import load_security
 from gateway.broker.net.server import Server
+from outpost import __version__
 from outpost.config import Config, command_local_topics
 from outpost.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
 from outpost.reload import Reloader
@@ -202,7 +204,8 @@ def start_interop(config: Config, bridge: Bridge, broker: Broker, reloader: Relo
         sparkplug.start()
         parts.append(sparkplug)
     if config.homeassistant.enabled:
-        discovery = HomeAssistantDiscovery(config.homeassistant, config.gateway_id, broker)
+        discovery = HomeAssistantDiscovery(config.homeassistant, config.gateway_id, broker,
+                                           GatewayInfo(__version__, config.uplink.enabled))
         discovery.start(config.bridge)
         parts.append(discovery)
     for part in parts:
