@@ -23,13 +23,14 @@ already under its node id (a previous run's); a reload (SIGHUP) publishes what c
 Removing an entity: an empty retained config makes Home Assistant delete it, but only a Home
 Assistant that is subscribed at that moment: an empty retained message deletes the retained
 one and is not delivered to a later subscriber. So a removed config (a point gone at a reload,
-or one a previous run left) is cleared at once only while Home Assistant is known to be
-connected: its birth message (`online` on `status_topic`, `homeassistant/status` by default,
-not retained) was seen and its will (`offline`) not since. Otherwise the config is replaced
-by a retained *tombstone*: the same entity with an availability that always says offline, so
-a Home Assistant connecting later shows it unavailable instead of live-looking; at the next
-birth message every tombstone is cleared (Home Assistant publishes its birth after its
-discovery subscriptions are in place, so it receives the clearing and deletes the entity).
+or one a previous run left) is cleared at once only while a client is connected whose
+subscription matches its topic (the broker's subscription table says so: that client receives
+the clearing now). Otherwise the config is replaced by a retained *tombstone*: the same entity
+with an availability that always says offline, so a Home Assistant connecting later shows it
+unavailable instead of live-looking; at Home Assistant's next birth message (`online` on
+`status_topic`, `homeassistant/status` by default, not retained) every tombstone is cleared:
+Home Assistant publishes its birth after its discovery subscriptions are in place, so it
+receives the clearing and deletes the entity.
 Tombstones are retained configs under the node id like any other, so a restart of the
 gateway finds them again and keeps clearing them at the next birth.
 """
@@ -206,7 +207,6 @@ class HomeAssistantDiscovery:
         self.published: dict[str, bytes] = {}
         self.found: dict[str, bytes] = {}  # retained configs under the node id at start
         self.removing: set[str] = set()  # tombstones to clear at Home Assistant's next birth
-        self.ha_online = False  # Home Assistant's birth seen, and not its will since
 
     def start(self, bridge: BridgeConfig) -> None:
         """Publish the gateway state and every config; deal with what a previous run left."""
@@ -243,26 +243,39 @@ class HomeAssistantDiscovery:
             self.found[message.topic] = message.payload
 
     def _home_assistant(self, online: bool) -> None:
-        self.ha_online = online
-        log.info("homeassistant: Home Assistant is %s", "online" if online else "offline")
-        if online and self.removing:
-            log.info("homeassistant: Home Assistant is online: clearing %d removed "
-                     "entit(y/ies)", len(self.removing))
+        clearing = online and bool(self.removing)
+        log.info("homeassistant: Home Assistant is %s%s", "online" if online else "offline",
+                 f": clearing {len(self.removing)} removed entit(y/ies)" if clearing else "")
+        if clearing:
             for topic in sorted(self.removing):
                 self.link.publish(topic, b"", 1, True)
             self.removing.clear()
 
     def _apply(self, messages: dict[str, bytes], previous: dict[str, bytes]) -> None:
-        for topic in sorted(set(previous) - set(messages)):
+        removed = sorted(set(previous) - set(messages))
+        waiting = len(self.removing)
+        for topic in removed:
             self._remove(topic, previous[topic])
+        if removed:
+            log.info("homeassistant: %d entit(y/ies) removed: %d cleared, %d shown unavailable "
+                     "until Home Assistant's next birth message", len(removed),
+                     len(removed) - (len(self.removing) - waiting), len(self.removing) - waiting)
         for topic, payload in messages.items():
             self.removing.discard(topic)
             if self.published.get(topic) != payload:
                 self.link.publish(topic, payload, 1, True)
         self.published = messages
 
+    def _watched(self, topic: str) -> bool:
+        """Is a client connected now whose subscription matches `topic`?"""
+        targets, _ = self.broker.table.match(topic)
+        sessions = self.broker.sessions
+        return any(target.client_id != CLIENT_ID
+                   and (session := sessions.get(target.client_id)) is not None
+                   and session.online for target in targets)
+
     def _remove(self, topic: str, payload: bytes) -> None:
-        if self.ha_online:
+        if self._watched(topic):
             self.link.publish(topic, b"", 1, True)  # Home Assistant removes the entity
             return
         dead = tombstone(payload)

@@ -60,16 +60,21 @@ class SparkplugSession:
     async def run(self) -> None:
         """Connect, serve, reconnect: until cancelled."""
         delay = self.config.backoff_initial
-        tls = tls_context(self.config.tls)
         while True:
             for address in self.config.addresses:
                 try:
-                    await self._session(address, tls)
+                    await self._session(address, self._tls())
                     delay = self.config.backoff_initial
-                except aiomqtt.MqttError as exc:
+                except (aiomqtt.MqttError, OSError) as exc:  # OSError: TLS files unusable
                     log.warning("sparkplug: %s: %s", address, exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.config.backoff_max)
+
+    def _tls(self) -> ssl.SSLContext | None:
+        try:
+            return tls_context(self.config.tls)
+        except OSError as exc:  # ssl.SSLError too: a file that is not PEM, a key that misfits
+            raise OSError(f"[sparkplug.tls] unusable: {exc}") from None
 
     async def _session(self, address: str, tls: ssl.SSLContext | None) -> None:
         """One Sparkplug session; returns when the node ended it (primary host offline)."""

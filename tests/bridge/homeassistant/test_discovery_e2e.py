@@ -188,18 +188,19 @@ def test_removed_points_reach_home_assistant_after_a_reload(
     config_file = tmp_path / "broker0" / "outpost.toml"
     alarm = "homeassistant/binary_sensor/gw-7/meter_alarm/config"
     relay = "homeassistant/switch/gw-7/meter_relay/config"
-    with home_assistant(gateway, 5 + GATEWAY_ENTITIES) as (ha, _):
-        # No birth seen yet: the removed point stays, unavailable, until Home Assistant's birth.
-        config_file.write_text(config(sim.port, without("alarm")), encoding="utf-8")
-        gateway.process.send_signal(signal.SIGHUP)
-        dead = wait_for(lambda: (found := retained_configs(ha).get(alarm)) and
-                        "availability_template" in found and found, 15,
-                        message="the removed point did not become a tombstone")
-        assert available(dead, b"online") is False
+    with home_assistant(gateway, 5 + GATEWAY_ENTITIES):
+        pass
+    # Nobody subscribed: the removed point stays, unavailable, until Home Assistant's birth.
+    config_file.write_text(config(sim.port, without("alarm")), encoding="utf-8")
+    gateway.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: "1 shown unavailable until Home Assistant's next birth" in gateway.log(),
+             15, message="the removal was not applied")
+    with home_assistant(gateway, 5 + GATEWAY_ENTITIES) as (ha, configs):
+        assert available(configs[alarm], b"online") is False
         birth(ha, gateway)
         wait_for(lambda: retained_configs(ha).get(alarm, "") is None, 15,
                  message="the tombstone was not cleared at Home Assistant's birth")
-        # Home Assistant is online now: a removal is cleared at once.
+        # Home Assistant is subscribed now: a removal is cleared at once.
         config_file.write_text(config(sim.port, without("alarm", "relay")), encoding="utf-8")
         gateway.process.send_signal(signal.SIGHUP)
         wait_for(lambda: retained_configs(ha).get(relay, "") is None, 15,
