@@ -5,10 +5,11 @@ the official .proto) at a real mosquitto, with `outpost run` and a pymodbus simu
   a server publishes for a session carries that session's NBIRTH bdSeq;
 - the primary host's STATE offline ends the session: NDEATH, reconnect with the next bdSeq,
   births once the host is back, the values read meanwhile sent as historical;
-- a device that comes back after an outage is born with the values of the poll that brought
-  it back;
 - a DCMD with one refused metric writes none;
 - the session over TLS with a client certificate.
+
+(A device's DBIRTH with the values of the poll that brought it back is checked by the device
+outage test of test_edge_node_e2e.py.)
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.bridge.simulator import Simulator, initial_value
+from bench.bridge.simulator import Simulator
 from bridge.sparkplug.sparkplug_b_pb2 import Payload
 from tests.bridge.sparkplug.host import Seen, SparkplugHost
 from tests.bridge.sparkplug.test_edge_node_e2e import check_seq, gateway_config
-from tests.bridge.support import SimulatorProcess
 from tests.conftest import require
 from tests.gateway.broker.auth.support import make_pki
 from tests.gateway.broker.e2e.helpers import PahoClient, wait_for
@@ -88,29 +88,6 @@ def test_primary_host_offline_ends_the_session(
     held = host.wait_value("plc", "level", lambda v: v == 5555)
     assert held[2] is True  # historical, after the new births
     check_seq(host.seen())
-
-
-def test_dbirth_after_an_outage_carries_current_values(
-    mosquitto: Mosquitto, host: SparkplugHost, broker_factory: Callable[..., BrokerProcess],
-) -> None:
-    port = free_port()
-    simulator = SimulatorProcess(port).start()
-    try:
-        broker_factory(gateway_config(mosquitto, port))
-        host.wait_count("DBIRTH", 1, "plc")
-        simulator.kill()
-        host.wait_count("DDEATH", 1, "plc")
-        simulator.start()
-        births = host.wait_count("DBIRTH", 2, "plc")
-    finally:
-        simulator.kill()
-    for birth in births:
-        metrics = {m.name: m for m in birth.payload.metrics}
-        assert [name for name, m in metrics.items() if m.is_null] == []
-        assert metrics["level"].int_value == initial_value(1, 0)
-        assert metrics["setpoint"].int_value == initial_value(1, 1)
-        assert metrics["temp"].double_value == initial_value(1, 3) / 10
-        assert metrics["pump"].boolean_value is False
 
 
 def dcmd(**values: bool | int) -> Payload:
