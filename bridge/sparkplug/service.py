@@ -4,8 +4,8 @@ How this works: `SparkplugService` builds the `EdgeNode` from the `[sparkplug]` 
 the bridge's configuration, registers it as an observer of the bridge (point values, device
 statuses), gives it the bridge's write path for DCMDs and the gateway's store-and-forward
 outbox to hold DATA in while the primary host is offline, the state directory to keep bdSeq in
-(bdseq.py), and runs its MQTT session. A reload of
-`[bridge]` hands the node the new devices and points (it births again when it was born).
+(bdseq.py), and runs its MQTT session. A reload of `[bridge]` hands the node the new devices
+and points (it births again when it was born).
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 How this works: `SparkplugSession.run` keeps one aiomqtt connection to the first address of
 `[sparkplug] addresses` that answers (backing off after a full round of failures), over TLS
 when `[sparkplug.tls]` is set (the uplink's context builder). Every connection is a new
-Sparkplug session: it takes the next bdSeq (persisted, bdseq.py; an attempt that got no session
-keeps its number for the next), then clean session, will =
-NDEATH with that bdSeq (QoS 1, not retained), subscriptions to NCMD, DCMD and the primary
-host's STATE, then `EdgeNode.connected`, which births the node when it may. Messages the node
+Sparkplug session: it takes the next bdSeq (persisted, bdseq.py; an attempt that got no
+session keeps its number for the next), then clean session, will = NDEATH with that bdSeq
+(QoS 1, not retained), subscriptions to NCMD, DCMD and the primary host's STATE, then
+`EdgeNode.connected`, which births the node when it may. Messages the node
 sends go through one FIFO queue and one sender task, so they leave in the order their `seq`
 was given. On a clean shutdown the node publishes the NDEATH itself before the DISCONNECT (a
 will is not sent after a DISCONNECT); when the gateway is killed the server publishes the will.
