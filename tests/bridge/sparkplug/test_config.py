@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 
+from bridge.sparkplug.config import SparkplugConfig
+from bridge.sparkplug.session import SparkplugSession
 from outpost.config import ConfigError, parse_config
 
 
@@ -33,3 +38,14 @@ def test_the_hold_rule_name_is_reserved() -> None:
             "forward": [{"name": "sparkplug", "filter": "#"}]}})
     assert any("uplink.forward.0: the rule name 'sparkplug' is the Sparkplug" in line
                for line in caught.value.errors), caught.value.errors
+
+
+def test_unusable_tls_files_are_named(tmp_path: Path) -> None:
+    """A certificate file that exists (check-config passes) but is not PEM: each connection
+    attempt logs this error and the gateway goes on."""
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    config = SparkplugConfig.model_validate({"enabled": True, "tls": {"cert_file": garbage}})
+    session = SparkplugSession(SimpleNamespace(config=config))  # type: ignore[arg-type]
+    with pytest.raises(OSError, match=r"^\[sparkplug.tls\] unusable: \[SSL\]"):
+        session._tls()

@@ -144,19 +144,10 @@ def test_session_over_tls_with_a_client_certificate(
             plain, f'addresses = ["127.0.0.1:{tls_port}"]')
         refused = broker_factory(text.replace(
             "[bridge]", f'[sparkplug.tls]\nca_file = "{pki.ca}"\n\n[bridge]'))
-        wait_for(lambda: "sparkplug: 127.0.0.1:" in refused.log(), 15,
+        wait_for(lambda: "CERTIFICATE_REQUIRED" in refused.log(), 15,
                  message="a session without a client certificate was not refused")
         assert host.of("NBIRTH") == []
         refused.stop()
-
-        garbage = tmp_path / "garbage.pem"
-        garbage.write_text("not a certificate\n")
-        unusable = broker_factory(text.replace("[bridge]", f'[sparkplug.tls]\nca_file = '
-                                               f'"{pki.ca}"\ncert_file = "{garbage}"\n\n[bridge]'))
-        wait_for(lambda: "[sparkplug.tls] unusable: [SSL]" in unusable.log(), 15,
-                 message="an unusable certificate file was not reported")
-        assert unusable.process.poll() is None  # the gateway goes on without the session
-        unusable.stop()
 
         broker_factory(text.replace("[bridge]", f'[sparkplug.tls]\nca_file = "{pki.ca}"\n'
                                     f'cert_file = "{cert}"\nkey_file = "{key}"\n\n[bridge]'))
