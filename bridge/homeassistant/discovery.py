@@ -181,12 +181,14 @@ def discovery_messages(bridge: BridgeConfig, config: HomeAssistantConfig, gatewa
             if isinstance(point, PointConfig):
                 component, keys = _modbus_entity(point)
                 classes = (point.device_class, point.state_class)
+                label = point.label or point.name
             else:  # serial points are read-only values
                 component, keys = _serial_entity(point)
                 classes = (None, None)
+                label = point.name
             object_id = discovery_id(f"{device.name}_{point.name}")
             entity = _entity(component, keys, topic, status, *classes)
-            entity = {"name": point.name, "unique_id": f"{node}_{object_id}",
+            entity = {"name": label, "unique_id": f"{node}_{object_id}",
                       "device": ha_device, **entity, "qos": 1}
             messages[f"{config.discovery_prefix}/{component}/{node}/{object_id}/config"] = (
                 _encode(entity))

@@ -129,6 +129,8 @@ class PointConfig(ReportFields):
         default=None, description="Home Assistant device class, e.g. power")
     state_class: Literal["measurement", "total", "total_increasing"] | None = Field(
         default=None, description="Home Assistant state class")
+    label: Annotated[str, Field(min_length=1, max_length=64)] | None = Field(
+        default=None, description="the entity name Home Assistant shows; default: the name")
 
     @property
     def data_type(self) -> str:

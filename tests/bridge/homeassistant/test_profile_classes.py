@@ -46,7 +46,7 @@ def test_a_device_overrides_a_profile_points_presentation() -> None:
     loaded = config({"name": "th", "bus": "b", "unit_id": 1, "map": "profile:xy-md02",
                      "points": [
                          {"name": "humidity", "unit": "%", "device_class": "humidity"},
-                         {"name": "temperature", "state_class": "measurement", "heartbeat": 5},
+                         {"name": "temperature", "heartbeat": 5, "label": "Cellar"},
                          {"name": "battery", "address": 9, "unit": "V"},
                      ]})
     points = {p.name: p for p in loaded.bridge.devices[0].points}
@@ -58,6 +58,9 @@ def test_a_device_overrides_a_profile_points_presentation() -> None:
     assert points["temperature"].device_class == "temperature"  # the profile's, kept
     entity = sensors(loaded)["th_humidity"]
     assert (entity["device_class"], entity["unit_of_measurement"]) == ("humidity", "%")
+    temperature = sensors(loaded)["th_temperature"]
+    assert (temperature["name"], temperature["state_topic"]) == ("Cellar",
+                                                                 "devices/th/temperature")
 
 
 def test_an_override_of_a_point_the_profile_lacks_is_refused_with_a_hint() -> None:
