@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from bridge.config import BridgeConfig
 from bridge.homeassistant.discovery import HomeAssistantDiscovery
+from bridge.homeassistant.gateway import GatewayInfo
 from bridge.runtime import Bridge
 from bridge.sparkplug.service import SparkplugService
 from bridge.uplink.hook import UplinkHook
@@ -28,6 +29,7 @@ from gateway.broker.contracts.hooks import BrokerHooks, HookChain
 from gateway.broker.engine.broker import Broker
 from gateway.broker.net.security_files import load_security
 from gateway.broker.net.server import Server
+from outpost import __version__
 from outpost.config import Config, command_local_topics
 from outpost.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
 from outpost.reload import Reloader
@@ -145,7 +147,8 @@ async def serve(
     interop: list[Interop] = []
     if config.bridge.devices or config.bridge.serial:
         bridge = Bridge(config.bridge, broker)
-        interop = start_interop(config, bridge, broker, daemon.reloader, outbox)
+        interop = start_interop(config, bridge, broker, daemon.reloader, outbox,
+                                state_dir or config.storage.state_dir)
         await bridge.start()
     elif config.sparkplug.enabled or config.homeassistant.enabled:
         log.warning("[sparkplug] / [homeassistant] enabled but [bridge] has no devices: "
@@ -190,16 +193,19 @@ class Interop(Protocol):
 
 
 def start_interop(config: Config, bridge: Bridge, broker: Broker, reloader: Reloader,
-                  outbox: Outbox | None) -> list[Interop]:
-    """The Sparkplug edge node (holding DATA in `outbox`) and Home Assistant discovery, when
-    enabled (call before the bridge starts: they see every status it publishes)."""
+                  outbox: Outbox | None, state_dir: Path | None = None) -> list[Interop]:
+    """The Sparkplug edge node (holding DATA in `outbox`, bdSeq in `state_dir`) and Home
+    Assistant discovery, when enabled (call before the bridge starts: they see every status
+    it publishes)."""
     parts: list[Interop] = []
     if config.sparkplug.enabled and outbox is not None:
-        sparkplug = SparkplugService(config.sparkplug, config.gateway_id, bridge, outbox)
+        sparkplug = SparkplugService(config.sparkplug, config.gateway_id, bridge, outbox,
+                                     state_dir)
         sparkplug.start()
         parts.append(sparkplug)
     if config.homeassistant.enabled:
-        discovery = HomeAssistantDiscovery(config.homeassistant, config.gateway_id, broker)
+        discovery = HomeAssistantDiscovery(config.homeassistant, config.gateway_id, broker,
+                                           GatewayInfo(__version__, config.uplink.enabled))
         discovery.start(config.bridge)
         parts.append(discovery)
     for part in parts:

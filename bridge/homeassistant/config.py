@@ -31,6 +31,9 @@ class HomeAssistantConfig(_Section):
     node_id: DiscoveryId | None = Field(
         default=None, description="the gateway in discovery topics; default: the gateway_id "
         "with other characters replaced by '_'")
+    status_topic: Annotated[str, Field(pattern=r"^[^+#]+$")] | None = Field(
+        default=None, description="Home Assistant's birth / will topic (`online` / "
+        "`offline`); default: <discovery_prefix>/status")
     devices: list[DeviceInfo] = Field(
         default_factory=list, description="manufacturer and model of bridged devices")
 

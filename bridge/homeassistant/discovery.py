@@ -10,25 +10,47 @@ How this works: `discovery_messages` (pure) turns the bridge's configuration int
   `select`; their command topic is the bridge's own write path `<prefix>/<device>/<point>/set`
   with the `{"value": ...}` body it expects, so Home Assistant writes exactly like any other
   MQTT client would (same validation, same access rules);
-- every entity reads `<prefix>/<device>/<point>` with the template `value_json.value`, is
-  available while the retained `<prefix>/<device>/status` says `online`, and belongs to a
-  device per bridged device whose `via_device` is the gateway.
+- every entity reads `<prefix>/<device>/<point>` with the template `value_json.value` (a
+  switch or binary sensor renders `None` for a null value: Home Assistant's "unknown", not
+  "off"), is available while the retained `<prefix>/<device>/status` says `online`, and
+  belongs to a device per bridged device whose `via_device` is the gateway, itself announced
+  as a device with its own entities (gateway.py).
 
-`HomeAssistantDiscovery` publishes them retained through an in-process link. At start it
-first reads the retained configs already under its node id (a previous run's) and clears the
-ones this configuration no longer has; a reload (SIGHUP) publishes what changed and clears,
-with an empty retained message, the configs of removed points.
+`HomeAssistantDiscovery` publishes them retained through an in-process link, and the
+retained gateway state on `$SYS/outpost/gateway`. At start it first reads the retained configs
+already under its node id (a previous run's); a reload (SIGHUP) publishes what changed.
+
+Removing an entity: an empty retained config makes Home Assistant delete it, but only a Home
+Assistant that is subscribed at that moment: an empty retained message deletes the retained
+one and is not delivered to a later subscriber. So a removed config (a point gone at a reload,
+or one a previous run left) is cleared at once only while a client is connected whose
+subscription matches its topic (the broker's subscription table says so: that client receives
+the clearing now). Otherwise the config is replaced by a retained *tombstone*: the same entity
+with an availability that always says offline, so a Home Assistant connecting later shows it
+unavailable instead of live-looking; at Home Assistant's next birth message (`online` on
+`status_topic`, `homeassistant/status` by default, not retained) every tombstone is cleared:
+Home Assistant publishes its birth after its discovery subscriptions are in place, so it
+receives the clearing and deletes the entity.
+Tombstones are retained configs under the node id like any other, so a restart of the
+gateway finds them again and keeps clearing them at the next birth.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from typing import Any
 
 from bridge.config import BridgeConfig
 from bridge.homeassistant.config import HomeAssistantConfig
+from bridge.homeassistant.gateway import (
+    GATEWAY_TOPIC,
+    GatewayInfo,
+    gateway_entities,
+    gateway_state,
+)
 from bridge.modbus.config import DeviceConfig, PointConfig
 from bridge.modbus.convert import FLOAT_TYPES
 from bridge.serial.config import SerialDeviceConfig, SerialPointConfig
@@ -36,13 +58,19 @@ from gateway.broker.core.message import Message
 from gateway.broker.engine.broker import Broker
 from gateway.broker.engine.links import Link
 
+log = logging.getLogger("outpost.homeassistant")
 CLIENT_ID = "outpost-homeassistant"
 _INTEGER_RANGES = {"int16": (-(1 << 15), (1 << 15) - 1), "uint16": (0, (1 << 16) - 1),
                    "int32": (-(1 << 31), (1 << 31) - 1), "uint32": (0, (1 << 32) - 1),
                    "int64": (-(1 << 63), (1 << 63) - 1), "uint64": (0, (1 << 64) - 1)}
 _FLOAT_RANGE = (-1e15, 1e15)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-BOOL_STATE = "{{ 'ON' if value_json.value else 'OFF' }}"
+# "None" is Home Assistant's payload for "unknown" (switch and binary_sensor): a null value
+# (quality bad) must not read as "off".
+BOOL_STATE = ("{{ 'None' if value_json.value is none else "
+              "('ON' if value_json.value else 'OFF') }}")
+# What a tombstone's availability renders: the entity shows unavailable.
+REMOVED_AVAILABILITY = "{{ 'offline' }}"
 
 
 def discovery_id(text: str) -> str:
@@ -110,11 +138,33 @@ def _entity(component: str, keys: dict[str, Any], point_topic: str, device_statu
     return entity
 
 
-def discovery_messages(bridge: BridgeConfig, config: HomeAssistantConfig,
-                       gateway_id: str) -> dict[str, bytes]:
-    """Discovery topic -> retained JSON config, for every bridged point."""
+def _encode(entity: dict[str, Any]) -> bytes:
+    return json.dumps(entity, separators=(",", ":")).encode()
+
+
+def tombstone(payload: bytes) -> bytes:
+    """A removed entity's config that Home Assistant shows as unavailable (b"" when the
+    payload is not a config we can read: that is cleared outright)."""
+    try:
+        entity = json.loads(payload)
+    except ValueError:
+        return b""
+    if not isinstance(entity, dict):
+        return b""
+    entity.pop("availability", None)
+    entity.update({"availability_topic": GATEWAY_TOPIC, "payload_available": "online",
+                   "payload_not_available": "offline",
+                   "availability_template": REMOVED_AVAILABILITY})
+    return _encode(entity)
+
+
+def discovery_messages(bridge: BridgeConfig, config: HomeAssistantConfig, gateway_id: str,
+                       gateway: GatewayInfo | None = None) -> dict[str, bytes]:
+    """Discovery topic -> retained JSON config, for the gateway and every bridged point."""
     node = config.node_id or discovery_id(gateway_id)
-    messages: dict[str, bytes] = {}
+    messages = {f"{config.discovery_prefix}/{component}/{node}/{object_id}/config":
+                _encode(entity) for object_id, (component, entity) in
+                gateway_entities(node, gateway_id, gateway or GatewayInfo()).items()}
     devices: list[DeviceConfig | SerialDeviceConfig] = [*bridge.devices, *bridge.serial]
     for device in devices:
         info = config.device(device.name)
@@ -131,55 +181,107 @@ def discovery_messages(bridge: BridgeConfig, config: HomeAssistantConfig,
             if isinstance(point, PointConfig):
                 component, keys = _modbus_entity(point)
                 classes = (point.device_class, point.state_class)
+                label = point.label or point.name
             else:  # serial points are read-only values
                 component, keys = _serial_entity(point)
                 classes = (None, None)
+                label = point.name
             object_id = discovery_id(f"{device.name}_{point.name}")
             entity = _entity(component, keys, topic, status, *classes)
-            entity = {"name": point.name, "unique_id": f"{node}_{object_id}",
+            entity = {"name": label, "unique_id": f"{node}_{object_id}",
                       "device": ha_device, **entity, "qos": 1}
             messages[f"{config.discovery_prefix}/{component}/{node}/{object_id}/config"] = (
-                json.dumps(entity, separators=(",", ":")).encode())
+                _encode(entity))
     return messages
 
 
 class HomeAssistantDiscovery:
     """Keeps the retained discovery configs on the broker in step with the bridge."""
 
-    def __init__(self, config: HomeAssistantConfig, gateway_id: str, broker: Broker) -> None:
+    def __init__(self, config: HomeAssistantConfig, gateway_id: str, broker: Broker,
+                 gateway: GatewayInfo | None = None) -> None:
         self.config = config
         self.gateway_id = gateway_id
+        self.gateway = gateway or GatewayInfo()
         self.broker = broker
         self.node = config.node_id or discovery_id(gateway_id)
+        self.status_topic = config.status_topic or f"{config.discovery_prefix}/status"
         self.published: dict[str, bytes] = {}
-        self._found: set[str] = set()
+        self.found: dict[str, bytes] = {}  # retained configs under the node id at start
+        self.removing: set[str] = set()  # tombstones to clear at Home Assistant's next birth
 
     def start(self, bridge: BridgeConfig) -> None:
-        """Publish every config and clear the stale ones a previous run left."""
+        """Publish the gateway state and every config; deal with what a previous run left."""
         loop = asyncio.get_running_loop()
-        self.link = Link(self.broker, CLIENT_ID, loop.time, self._on_retained)
+        self.link = Link(self.broker, CLIENT_ID, loop.time, self._on_message)
         mine = f"{self.config.discovery_prefix}/+/{self.node}/+/config"
         self.link.subscribe(mine, qos=0)  # the broker hands over the retained ones now
         self.link.unsubscribe(mine)
-        self._apply(discovery_messages(bridge, self.config, self.gateway_id), self._found)
+        self.link.subscribe(self.status_topic, qos=1)
+        self.link.publish(GATEWAY_TOPIC, gateway_state(self.gateway, self.gateway_id, True),
+                          1, True)
+        self.published = dict(self.found)  # what is retained now
+        self._apply(self._messages(bridge), self.found)
 
     def reload(self, bridge: BridgeConfig) -> None:
         """The bridge's devices or points changed: publish the difference."""
-        self._apply(discovery_messages(bridge, self.config, self.gateway_id),
-                    set(self.published))
+        self._apply(self._messages(bridge), self.published)
 
     async def stop(self) -> None:
-        """Detach (the configs stay retained: the entities come back with the gateway)."""
+        """The gateway state says offline; detach (the configs stay retained: the entities
+        come back with the gateway)."""
+        self.link.publish(GATEWAY_TOPIC, gateway_state(self.gateway, self.gateway_id, False),
+                          1, True)
         self.link.close()
 
-    def _on_retained(self, message: Message, qos: int, retain: bool) -> None:
-        if retain and message.payload:
-            self._found.add(message.topic)
+    def _messages(self, bridge: BridgeConfig) -> dict[str, bytes]:
+        return discovery_messages(bridge, self.config, self.gateway_id, self.gateway)
 
-    def _apply(self, messages: dict[str, bytes], previous: set[str]) -> None:
-        for topic in sorted(previous - set(messages)):
-            self.link.publish(topic, b"", 1, True)  # Home Assistant removes the entity
+    def _on_message(self, message: Message, qos: int, retain: bool) -> None:
+        if message.topic == self.status_topic:
+            if not retain:  # a retained birth says nothing about who is connected now
+                self._home_assistant(message.payload == b"online")
+        elif retain and message.payload:
+            self.found[message.topic] = message.payload
+
+    def _home_assistant(self, online: bool) -> None:
+        clearing = online and bool(self.removing)
+        log.info("homeassistant: Home Assistant is %s%s", "online" if online else "offline",
+                 f": clearing {len(self.removing)} removed entit(y/ies)" if clearing else "")
+        if clearing:
+            for topic in sorted(self.removing):
+                self.link.publish(topic, b"", 1, True)
+            self.removing.clear()
+
+    def _apply(self, messages: dict[str, bytes], previous: dict[str, bytes]) -> None:
+        removed = sorted(set(previous) - set(messages))
+        waiting = len(self.removing)
+        for topic in removed:
+            self._remove(topic, previous[topic])
+        if removed:
+            log.info("homeassistant: %d entit(y/ies) removed: %d cleared, %d shown unavailable "
+                     "until Home Assistant's next birth message", len(removed),
+                     len(removed) - (len(self.removing) - waiting), len(self.removing) - waiting)
         for topic, payload in messages.items():
+            self.removing.discard(topic)
             if self.published.get(topic) != payload:
                 self.link.publish(topic, payload, 1, True)
         self.published = messages
+
+    def _watched(self, topic: str) -> bool:
+        """Is a client connected now whose subscription matches `topic`?"""
+        targets, _ = self.broker.table.match(topic)
+        sessions = self.broker.sessions
+        return any(target.client_id != CLIENT_ID
+                   and (session := sessions.get(target.client_id)) is not None
+                   and session.online for target in targets)
+
+    def _remove(self, topic: str, payload: bytes) -> None:
+        if self._watched(topic):
+            self.link.publish(topic, b"", 1, True)  # Home Assistant removes the entity
+            return
+        dead = tombstone(payload)
+        if dead != payload:
+            self.link.publish(topic, dead, 1, True)
+        if dead:
+            self.removing.add(topic)

@@ -11,7 +11,11 @@ A device's points may live in an included file (`map = "maps/sdm630.toml"`, rela
 main config file) or in a profile shipped with outpost (`map = "profile:eastron-sdm630"`, the
 files of `bridge/profiles/`): the file holds `points` and optional device defaults
 (`address_base`, `byte_order`, `groups`, limits); the device's own keys win, its own points come
-after the map's. Errors inside a map name the file and the path inside it.
+after the map's. A device point with the name of a map point is not a second point (which
+would overlap it) but an override of that one: its keys replace the map point's, the rest is
+kept, so `{ name = "import_energy", device_class = "energy" }` adds a Home Assistant class to a
+profile's point without copying the profile. Errors inside a map name the file and the path
+inside it.
 
 The device key for the Modbus unit id is `unit_id`; the old spelling `unit` (which collided with
 a point's engineering `unit`) is still read, with a warning naming the new key.
@@ -125,6 +129,8 @@ class PointConfig(ReportFields):
         default=None, description="Home Assistant device class, e.g. power")
     state_class: Literal["measurement", "total", "total_increasing"] | None = Field(
         default=None, description="Home Assistant state class")
+    label: Annotated[str, Field(min_length=1, max_length=64)] | None = Field(
+        default=None, description="the entity name Home Assistant shows; default: the name")
 
     @property
     def data_type(self) -> str:
@@ -207,8 +213,8 @@ class DeviceConfig(Section):
             return data
         base = (info.context or {}).get("base_dir") or Path.cwd()
         included = load_map(Path(base), data["map"])
-        return {**included, **data,
-                "points": [*included.get("points", []), *data.get("points", [])]}
+        return {**included, **data, "points": merge_points(
+            data["map"], included.get("points", []), data.get("points", []))}
 
     @field_validator("points")
     @classmethod
@@ -326,6 +332,28 @@ def _overlaps(points: list[PointConfig], base: int) -> list[str]:
                 problems.append(f"points.{b} {pb.name!r} ({pb.table} {start_b}) overlaps "
                                 f"points.{a} {pa.name!r} ({pa.table} {start_a}..{end_a - 1})")
     return problems
+
+
+def merge_points(name: str, mapped: list[Any], own: Any) -> Any:
+    """A map's points with the device's own: an own point named like a map point overrides
+    that point's keys in place, the others come after the map's."""
+    if not isinstance(own, list):
+        return own  # not a list: the points validator says what is wrong with it
+    points = [dict(point) for point in mapped]
+    index = {point.get("name"): i for i, point in enumerate(points)}
+    for number, point in enumerate(own):
+        if isinstance(point, dict) and point.get("name") in index:
+            target = points[index[point["name"]]]
+            target.update(point)
+        elif isinstance(point, dict) and "address" not in point and isinstance(
+                point.get("name"), str):
+            close = difflib.get_close_matches(point["name"], list(index), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"points.{number} {point['name']!r}: no address, and map {name} "
+                             f"has no point of that name to override{hint}")
+        else:
+            points.append(point)
+    return points
 
 
 def profile_names() -> list[str]:

@@ -2,7 +2,8 @@
 
 The edge node keeps its own MQTT session (the NDEATH must be the will of that session) to the
 broker in `addresses`: the gateway's own listener when the Sparkplug host application connects
-to the gateway, or the SCADA's broker (Ignition, HiveMQ, EMQX) directly.
+to the gateway, or the SCADA's broker (Ignition, HiveMQ, EMQX) directly. `tls` takes the same
+table as an uplink remote's (`ca_file`, `cert_file`, `key_file`, `insecure`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from bridge.uplink.config import TlsConfig
 from gateway.base.hostport import parse_host_port
 
 
@@ -42,12 +44,17 @@ class SparkplugConfig(BaseModel):
     username: str | None = None
     password: str | None = None
     keepalive: Annotated[int, Field(ge=5, le=65535)] = 30
+    tls: TlsConfig | None = Field(
+        default=None, description="TLS towards the server, as for an uplink remote")
     primary_host: SparkplugId | None = Field(
         default=None, description="host id of the primary host application: births wait for "
         "its STATE online, data is held while it is offline")
     hold_max: Annotated[int, Field(ge=0)] = Field(
         default=100_000, description="values held while the primary host is offline "
         "(oldest dropped first)")
+    dbirth_wait: Annotated[float, Field(ge=0)] = Field(
+        default=2.0, description="seconds a device's DBIRTH waits for the values of the poll "
+        "that brought it online (metrics still without one are born null)")
     backoff_initial: Annotated[float, Field(gt=0)] = 1.0
     backoff_max: Annotated[float, Field(gt=0)] = 30.0
 

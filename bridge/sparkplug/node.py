@@ -9,8 +9,16 @@ the session gives it at `connected`. It reads no clock but `wallclock` and does 
   When publishing becomes allowed, the node is born: NBIRTH (bdSeq, `Node Control/Rebirth`),
   then a DBIRTH for every device that is online, each with all its metrics and their last
   values. `seq` is 0 at the NBIRTH and counts every later message of the node modulo 256.
-- `bdSeq` goes up by one per MQTT session (0-255); the session's will is the NDEATH carrying
+- `bdSeq` goes up by one (0-255) for every MQTT session: the session takes the next number
+  from `BdSeqCounter` (bdseq.py: kept in the state directory, so a restart after SIGKILL or a
+  power cut goes on counting) before it connects; the session's will is the NDEATH carrying
   it, so a host application can match the death with the birth it ends.
+- A STATE `offline` of the primary host (not older than the last STATE seen) while the node is
+  born ends the session: NDEATH, DISCONNECT, and the session connects again (next address,
+  next bdSeq) and waits for the host's STATE `online` before it births.
+- A device that comes (back) online is born when the poll that brought it back has given
+  every metric a value, or `dbirth_wait` seconds after it came online (metrics still without
+  a value are born null): its DBIRTH carries current values, not nulls followed by DDATA.
 - Values the bridge publishes (already filtered by the point's deadband / report-by-exception)
   are collected per device and sent as one DDATA when the event loop turns, with the alias
   only. A device going offline sends DDEATH, coming back a DBIRTH.
@@ -18,9 +26,11 @@ the session gives it at `connected`. It reads no clock but `wallclock` and does 
   session lost), values are held (hold.py: in the store-and-forward outbox), oldest dropped
   beyond `hold_max`; at the next birth they follow the births as DDATA with `is_historical`
   set, in the order they were read (values of a device that is not online then are dropped).
-- NCMD `Node Control/Rebirth` = true births the node again (same bdSeq, seq from 0). DCMD
-  metrics are checked against the catalogue (payload.py) and handed to the bridge's write path
-  as one task per command; anything refused is logged at WARNING and nothing is written.
+- NCMD `Node Control/Rebirth` = true births the node again (same bdSeq, seq from 0). Every
+  metric of a DCMD is checked against the catalogue and the point's limits (payload.py: name,
+  datatype, writable, type range, min / max, enum labels) before any is written; one refusal
+  refuses the whole command (logged at WARNING, nothing written). The checked writes go to the
+  bridge's write path in order, as one task per command.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from bridge.modbus.poller import WriteError
 from bridge.point import Value
 from bridge.serial.reader import CommandError
 from bridge.sparkplug import payload as sp
+from bridge.sparkplug.bdseq import BdSeqCounter
 from bridge.sparkplug.config import SparkplugConfig
 from bridge.sparkplug.hold import OutboxHold
 from bridge.sparkplug.sparkplug_b_pb2 import Payload
@@ -52,7 +63,7 @@ class EdgeNode:
 
     def __init__(self, config: SparkplugConfig, node_id: str, bridge: BridgeConfig,
                  prefix: str, write: Write, wallclock: Callable[[], float],
-                 hold: OutboxHold) -> None:
+                 hold: OutboxHold, bdseq: BdSeqCounter) -> None:
         self.config = config
         self.node_id = node_id
         self.write = write
@@ -63,14 +74,20 @@ class EdgeNode:
         self.dcmd_filter = f"{base}/DCMD/{node_id}/+"
         self.state_topic = (f"{sp.NAMESPACE}/STATE/{config.primary_host}"
                             if config.primary_host else None)
+        self.counter = bdseq
         self.bdseq = 0
+        self.bdseq_used = True  # the next CONNECT takes a new number
         self.seq = 0
         self.send: Send | None = None
         self.host_online = config.primary_host is None
         self.host_ts = -1
         self.ever_born = False
+        self.session_over = False  # the primary host went offline: end this session
         self.born: set[str] = set()  # devices whose DBIRTH went out in this birth
         self.online: set[str] = set()  # devices the bridge says are online
+        # devices back online whose DBIRTH waits for their first values: metrics seen so far
+        self.arriving: dict[str, set[str]] = {}
+        self.arrival_timers: dict[str, asyncio.TimerHandle] = {}
         self.values: dict[str, dict[str, tuple[Value, int]]] = {}
         self.pending: dict[str, dict[int, tuple[sp.MetricSpec, Value, int]]] = {}
         self.hold = hold
@@ -87,6 +104,8 @@ class EdgeNode:
                         for device, metrics in self.metrics.items()}
         self.values = {device: self.values.get(device, {}) for device in self.metrics}
         self.online &= set(self.metrics)
+        for device in set(self.arriving) - self.online:
+            self._arrived(device)
         if self.ever_born and self.allowed:
             self.birth()
 
@@ -101,21 +120,30 @@ class EdgeNode:
 
     # -- the session -----------------------------------------------------------------------
 
+    def new_session(self) -> None:
+        """An MQTT CONNECT is about to be sent: take its bdSeq (for the will and the NBIRTH).
+        An attempt that never got a session (server unreachable, CONNECT refused) left no
+        birth or death behind, so the next attempt keeps its number."""
+        if self.bdseq_used:
+            self.bdseq = self.counter.take()
+            self.bdseq_used = False
+        self.session_over = False
+
     def connected(self, send: Send) -> None:
         """The session is up (its will carries the current bdSeq): birth when allowed."""
         self.send = send
+        self.bdseq_used = True
         if self.allowed:
             self.birth()
 
     def disconnected(self) -> None:
-        """The session ended: the next one uses the next bdSeq; unsent values are held."""
+        """The session ended; unsent values are held."""
         self.send = None
         self.born.clear()
         for device, entries in self.pending.items():
             for spec, value, ts_ms in entries.values():
                 self.hold.add(device, spec.name, value, ts_ms)
         self.pending.clear()
-        self.bdseq = (self.bdseq + 1) % 256
 
     def closing(self) -> None:
         """A clean shutdown: publish the NDEATH ourselves before the DISCONNECT."""
@@ -137,6 +165,14 @@ class EdgeNode:
         except (ValueError, KeyError, TypeError):
             return
         self.values[device][name] = (value, ts_ms)
+        arriving = self.arriving.get(device)
+        if arriving is not None:
+            arriving.add(name)
+            if len(arriving) >= len(self.by_name[device]):
+                self._arrived(device)
+            elif self.ever_born and not self.allowed:
+                self.hold.add(device, name, value, ts_ms)
+            return
         if device in self.born:
             first = not self.pending
             self.pending.setdefault(device, {})[spec.alias] = (spec, value, ts_ms)
@@ -150,11 +186,17 @@ class EdgeNode:
         if device not in self.metrics:
             return
         if online:
+            if device in self.online or device in self.born:
+                return
             self.online.add(device)
-            if self.allowed and device not in self.born:
-                self._device_birth(device)
+            self.arriving[device] = set()
+            self.arrival_timers[device] = asyncio.get_running_loop().call_later(
+                self.config.dbirth_wait, self._arrived, device)
+            if not self.metrics[device]:
+                self._arrived(device)
         else:
             self.online.discard(device)
+            self._stop_waiting(device)
             if device in self.born:
                 self._flush_device(device)
                 self.born.discard(device)
@@ -196,13 +238,17 @@ class EdgeNode:
             return  # an older STATE than one already seen (spec: ignore it)
         self.host_ts = ts
         was = self.allowed
-        if was and not online:
-            self.flush()  # what was read before the host went away still goes out
-            self.born.clear()
         self.host_online = online
         log.info("sparkplug: primary host %s is %s", self.config.primary_host,
                  "online" if online else "offline")
-        if self.allowed and not was:
+        if was and not online:
+            # tck-id-message-flow-edge-node-birth-publish-phid-offline: NDEATH, disconnect,
+            # connect again. What was read before the host went away still goes out first.
+            self.flush()
+            self.closing()
+            self.born.clear()
+            self.session_over = True
+        elif self.allowed and not was:
             self.birth()
 
     def _node_command(self, payload: Payload) -> None:
@@ -225,6 +271,9 @@ class EdgeNode:
             return
         writes: list[tuple[str, Value]] = []
         try:
+            if device not in self.online:
+                raise sp.CommandRefusedError("the device is offline")
+            # Every metric is checked before any is written: a DCMD is all or nothing.
             for metric in payload.metrics:
                 writes.append(sp.parse_command(metric, metrics))
         except sp.CommandRefusedError as exc:
@@ -258,7 +307,7 @@ class EdgeNode:
         self.send(self.topics["NBIRTH"], nbirth.SerializeToString(), 0, False)
         self.ever_born = True
         for device in self.metrics:
-            if device in self.online:
+            if device in self.online and device not in self.arriving:
                 self._device_birth(device)
         self._release_held()
 
@@ -270,6 +319,18 @@ class EdgeNode:
             sp.birth_metric(payload, spec, value, ts_ms)
         self.born.add(device)
         self._publish("DBIRTH", device, payload)
+
+    def _arrived(self, device: str) -> None:
+        """A device back online has its values (or waited `dbirth_wait`): its DBIRTH."""
+        self._stop_waiting(device)
+        if self.allowed and device in self.online and device not in self.born:
+            self._device_birth(device)
+
+    def _stop_waiting(self, device: str) -> None:
+        self.arriving.pop(device, None)
+        timer = self.arrival_timers.pop(device, None)
+        if timer is not None:
+            timer.cancel()
 
     def _flush_device(self, device: str) -> None:
         entries = self.pending.pop(device, None)

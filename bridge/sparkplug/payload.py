@@ -13,7 +13,10 @@ Signed integers travel as two's complement in the unsigned protobuf fields (Int8
 
 `parse_command` turns a DCMD / NCMD metric back into a value for the bridge's write path and
 refuses (with `CommandRefusedError`) what does not fit the catalogue: unknown metric, a datatype or
-value field that is not the metric's, a read-only point.
+value field that is not the metric's, a read-only point, and for Modbus points a value the
+write path would refuse (min / max, the register type's range after scaling, an enum label):
+it encodes the value exactly as the write will, without writing, so a DCMD can be checked
+whole before any of it is written.
 
 The generated `sparkplug_b_pb2.py` / `.pyi` come from the official Eclipse Tahu
 `sparkplug_b.proto` next to this file; regenerate them from the repository root with
@@ -30,6 +33,7 @@ from typing import Final
 
 from bridge.config import BridgeConfig
 from bridge.modbus.config import DeviceConfig
+from bridge.modbus.convert import ConvertError, ValueSpec, encode
 from bridge.point import Value
 from bridge.serial.config import SerialDeviceConfig
 from bridge.sparkplug.sparkplug_b_pb2 import Payload
@@ -72,6 +76,7 @@ class MetricSpec:
     datatype: int
     unit: str | None
     writable: bool
+    value_spec: ValueSpec | None = None  # how a Modbus point encodes a written value
 
 
 def _modbus_metrics(device: DeviceConfig, alias: int) -> list[MetricSpec]:
@@ -83,7 +88,8 @@ def _modbus_metrics(device: DeviceConfig, alias: int) -> list[MetricSpec]:
             datatype = FLOAT if point.data_type == "float32" else DOUBLE
         else:
             datatype = _MODBUS_TYPES[point.data_type]
-        metrics.append(MetricSpec(point.name, alias, datatype, point.unit, point.writable))
+        metrics.append(MetricSpec(point.name, alias, datatype, point.unit, point.writable,
+                                  device.value_spec(point)))
         alias += 1
     return metrics
 
@@ -167,9 +173,12 @@ def parse_command(metric: Payload.Metric, metrics: Iterable[MetricSpec]) -> tupl
     if not spec.writable:
         raise CommandRefusedError(f"{spec.name!r} is read-only")
     try:
-        return spec.name, get_value(metric, spec.datatype)
-    except CommandRefusedError as exc:
+        value = get_value(metric, spec.datatype)
+        if spec.value_spec is not None:
+            encode(spec.value_spec, value)  # refuses what the write would refuse
+    except (CommandRefusedError, ConvertError) as exc:
         raise CommandRefusedError(f"{spec.name!r}: {exc}") from None
+    return spec.name, value
 
 
 def birth_metric(payload: Payload, spec: MetricSpec, value: Value, ts_ms: int) -> None:

@@ -50,7 +50,13 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 
-from bridge.uplink.config import STATUS_LOCAL_TOPIC, ForwardRule, RemoteConfig, UplinkConfig
+from bridge.uplink.config import (
+    STATUS_LOCAL_TOPIC,
+    ForwardRule,
+    RemoteConfig,
+    TlsConfig,
+    UplinkConfig,
+)
 from bridge.uplink.envelope import (
     PROP_EPOCH,
     PROP_GATEWAY,
@@ -181,9 +187,8 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def tls_context(remote: RemoteConfig) -> ssl.SSLContext | None:
-    """The SSL context for a remote with TLS configured."""
-    tls = remote.tls
+def tls_context(tls: TlsConfig | None) -> ssl.SSLContext | None:
+    """The SSL context for a `tls` table (an uplink remote's, the Sparkplug session's)."""
     if tls is None:
         return None
     context = ssl.create_default_context(
@@ -301,7 +306,7 @@ class RemoteLink:
             host, port, username=remote.username, password=remote.read_password(),
             identifier=remote.client_id, protocol=protocol, keepalive=remote.keepalive,
             clean_session=None if remote.protocol == 5 else False,
-            tls_context=tls_context(remote), max_inflight_messages=remote.inflight,
+            tls_context=tls_context(remote.tls), max_inflight_messages=remote.inflight,
             timeout=10.0, v5=remote.protocol == 5, will=self._will(),
         ) as client:
             self.backoff.reset()

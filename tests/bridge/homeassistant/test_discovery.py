@@ -6,7 +6,7 @@ import json
 
 from bridge.config import BridgeConfig
 from bridge.homeassistant.config import HomeAssistantConfig
-from bridge.homeassistant.discovery import discovery_messages
+from bridge.homeassistant.discovery import BOOL_STATE, discovery_messages
 
 BRIDGE = BridgeConfig.model_validate({
     "prefix": "site/devs",
@@ -33,9 +33,11 @@ def messages() -> dict[str, dict[str, object]]:
 def test_components_units_and_ids() -> None:
     found = messages()
     assert sorted(found) == [
+        "homeassistant/binary_sensor/my_gateway/gateway-status/config",
         "homeassistant/binary_sensor/my_gateway/gps_fix/config",
         "homeassistant/binary_sensor/my_gateway/plc_1_trip/config",
         "homeassistant/number/my_gateway/plc_1_speed/config",
+        "homeassistant/sensor/my_gateway/gateway-version/config",
         "homeassistant/sensor/my_gateway/gps_lat/config",
         "homeassistant/sensor/my_gateway/plc_1_label/config",
         "homeassistant/sensor/my_gateway/plc_1_state/config",
@@ -54,5 +56,5 @@ def test_components_units_and_ids() -> None:
     assert lat["unit_of_measurement"] == "deg"
     assert lat["device"]["model"] == "serial device on /dev/ttyS9"  # type: ignore[index]
     trip = found["homeassistant/binary_sensor/my_gateway/plc_1_trip/config"]
-    assert trip["value_template"] == "{{ 'ON' if value_json.value else 'OFF' }}"
+    assert trip["value_template"] == BOOL_STATE
     assert "command_topic" not in trip

@@ -1,7 +1,9 @@
 """pymodbus simulator -> `outpost run` with Home Assistant discovery -> an MQTT client playing
 Home Assistant: it reads the retained discovery configs, checks the keys Home Assistant
-documents as required per component, sends commands the way Home Assistant renders them, and
-sees a removed point's config cleared after a SIGHUP reload.
+documents as required per component, finds the gateway device every device is connected via,
+sends commands the way Home Assistant renders them, and sees removed points reach it: cleared
+at once while it is online (its birth message seen), shown unavailable (a tombstone) to a Home
+Assistant that connects later and cleared at its birth.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 
 from bench.bridge.simulator import Simulator
 from outpost.config import ConfigError, parse_config
+from tests.bridge.homeassistant.ha import available, state
 from tests.gateway.broker.e2e.helpers import PahoClient, wait_for
 from tests.support.broker_proc import BrokerProcess
 
@@ -89,7 +92,7 @@ def retained_configs(client: PahoClient) -> dict[str, Any]:
     """Topic -> the latest config (None once cleared)."""
     found: dict[str, Any] = {}
     for message in client.messages:
-        if message.topic.startswith("homeassistant/"):
+        if message.topic.startswith("homeassistant/") and message.topic.endswith("/config"):
             found[message.topic] = json.loads(message.payload) if message.payload else None
     return found
 
@@ -104,15 +107,26 @@ def home_assistant(gateway: BrokerProcess, count: int,
         yield ha, wait_for(lambda: len(found := retained_configs(ha)) == count and found, 15)
 
 
+GATEWAY_ENTITIES = 2  # status and version (no uplink in these configurations)
+
+
 def test_every_point_is_discovered_with_the_required_keys(
     sim: Simulator, broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    with home_assistant(broker_factory(config(sim.port)), 5) as (_, configs):
-        pass
+    with home_assistant(broker_factory(config(sim.port)), 5 + GATEWAY_ENTITIES) as (ha, configs):
+        ha.subscribe("$SYS/outpost/gateway", 1)
+        gateway_state = wait_for(lambda: next((m.payload for m in ha.messages
+                                               if m.topic == "$SYS/outpost/gateway"), None), 15)
     components = {topic.split("/")[1] + ":" + topic.split("/")[3] for topic in configs}
     assert components == {"sensor:meter_power", "number:meter_setpoint", "select:meter_mode",
-                          "switch:meter_relay", "binary_sensor:meter_alarm"}
-    for topic, entity in configs.items():
+                          "switch:meter_relay", "binary_sensor:meter_alarm",
+                          "binary_sensor:gateway-status", "sensor:gateway-version"}
+    # The device every entity is "connected via" is announced itself.
+    status = configs["homeassistant/binary_sensor/gw-7/gateway-status/config"]
+    assert status["device"]["identifiers"] == ["gw-7"]
+    assert state("binary_sensor", status, gateway_state) == "on"
+    bridged = {topic: entity for topic, entity in configs.items() if "gateway-" not in topic}
+    for topic, entity in bridged.items():
         component = topic.split("/")[1]
         assert topic.split("/")[2] == "gw-7"
         missing = (REQUIRED[component] | COMMON) - set(entity)
@@ -137,7 +151,7 @@ def test_commands_write_through_the_bridge(
     sim: Simulator, broker_factory: Callable[..., BrokerProcess],
 ) -> None:
     gateway = broker_factory(config(sim.port))
-    with home_assistant(gateway, 5) as (ha, configs):
+    with home_assistant(gateway, 5 + GATEWAY_ENTITIES) as (ha, configs):
         number = configs["homeassistant/number/gw-7/meter_setpoint/config"]
         ha.publish(number["command_topic"],
                    number["command_template"].replace("{{ value }}", "1234").encode(), 1)
@@ -153,34 +167,65 @@ def test_commands_write_through_the_bridge(
                  message="the select command did not reach the simulator")
 
 
-def test_removed_point_is_cleared_after_reload(
+def without(*names: str) -> str:
+    return "\n".join(line for line in POINTS.splitlines()
+                     if not any(f'"{name}"' in line for name in names))
+
+
+def birth(ha: PahoClient, gateway: BrokerProcess) -> None:
+    """Home Assistant's birth message, as it sends it once its discovery subscriptions are
+    in place (not retained), seen by the gateway."""
+    seen = gateway.log().count("Home Assistant is online")
+    ha.publish("homeassistant/status", b"online", 1)
+    wait_for(lambda: gateway.log().count("Home Assistant is online") > seen, 15,
+             message="the gateway did not see Home Assistant's birth")
+
+
+def test_removed_points_reach_home_assistant_after_a_reload(
     sim: Simulator, broker_factory: Callable[..., BrokerProcess], tmp_path: Path,
 ) -> None:
     gateway = broker_factory(config(sim.port))
-    with home_assistant(gateway, 5) as (ha, _):
-        config_file = tmp_path / "broker0" / "outpost.toml"
-        kept = "\n".join(line for line in POINTS.splitlines() if '"alarm"' not in line)
-        config_file.write_text(config(sim.port, kept), encoding="utf-8")
+    config_file = tmp_path / "broker0" / "outpost.toml"
+    alarm = "homeassistant/binary_sensor/gw-7/meter_alarm/config"
+    relay = "homeassistant/switch/gw-7/meter_relay/config"
+    with home_assistant(gateway, 5 + GATEWAY_ENTITIES):
+        pass
+    # Nobody subscribed: the removed point stays, unavailable, until Home Assistant's birth.
+    config_file.write_text(config(sim.port, without("alarm")), encoding="utf-8")
+    gateway.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: "1 shown unavailable until Home Assistant's next birth" in gateway.log(),
+             15, message="the removal was not applied")
+    with home_assistant(gateway, 5 + GATEWAY_ENTITIES) as (ha, configs):
+        assert available(configs[alarm], b"online") is False
+        birth(ha, gateway)
+        wait_for(lambda: retained_configs(ha).get(alarm, "") is None, 15,
+                 message="the tombstone was not cleared at Home Assistant's birth")
+        # Home Assistant is subscribed now: a removal is cleared at once.
+        config_file.write_text(config(sim.port, without("alarm", "relay")), encoding="utf-8")
         gateway.process.send_signal(signal.SIGHUP)
-        topic = "homeassistant/binary_sensor/gw-7/meter_alarm/config"
-        wait_for(lambda: retained_configs(ha).get(topic, "") is None, 15,
+        wait_for(lambda: retained_configs(ha).get(relay, "") is None, 15,
                  message="the removed point's config was not cleared")
-    with home_assistant(gateway, 4) as (_, configs):  # the clear is retained
-        assert topic not in configs
+    with home_assistant(gateway, 3 + GATEWAY_ENTITIES) as (_, configs):  # the clear is retained
+        assert alarm not in configs and relay not in configs
 
 
-def test_configs_a_previous_run_left_are_cleared_at_start(
+def test_points_removed_while_stopped_reach_a_home_assistant_that_connects_later(
     sim: Simulator, broker_factory: Callable[..., BrokerProcess], tmp_path: Path,
 ) -> None:
-    state = tmp_path / "state"
-    first = broker_factory(config(sim.port), "--state-dir", str(state))
-    with home_assistant(first, 5):
+    state_dir = tmp_path / "state"
+    first = broker_factory(config(sim.port), "--state-dir", str(state_dir))
+    with home_assistant(first, 5 + GATEWAY_ENTITIES):
         pass
     first.stop()
-    kept = "\n".join(line for line in POINTS.splitlines() if '"alarm"' not in line)
-    second = broker_factory(config(sim.port, kept), "--state-dir", str(state))
-    with home_assistant(second, 4) as (_, configs):
-        assert "homeassistant/binary_sensor/gw-7/meter_alarm/config" not in configs
+    second = broker_factory(config(sim.port, without("alarm")), "--state-dir", str(state_dir))
+    alarm = "homeassistant/binary_sensor/gw-7/meter_alarm/config"
+    with home_assistant(second, 5 + GATEWAY_ENTITIES) as (ha, configs):
+        assert available(configs[alarm], b"online") is False  # shown unavailable, not live
+        birth(ha, second)
+        wait_for(lambda: retained_configs(ha).get(alarm, "") is None, 15,
+                 message="the removed point's config was not cleared at the birth")
+    with home_assistant(second, 4 + GATEWAY_ENTITIES) as (_, configs):
+        assert alarm not in configs
 
 
 def test_unknown_device_in_homeassistant_devices_is_refused() -> None:

@@ -2,20 +2,21 @@
 application decoding with the same generated protobuf code.
 
 Births complete and in order, seq continuity, rebirth, DCMD writes, NDEATH after SIGKILL,
-DDEATH / DBIRTH around a device outage, data held across the primary host's STATE offline /
-online, and every kind of bad command refused with a WARNING and nothing written.
+DDEATH / DBIRTH (with current values) around a device outage, data held across the primary
+host's STATE offline / online, and every kind of bad command refused with a WARNING and
+nothing written.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from bench.bridge.simulator import Simulator
+from bench.bridge.simulator import Simulator, initial_value
 from tests.bridge.sparkplug.host import (
     Seen,
     SparkplugHost,
@@ -23,10 +24,9 @@ from tests.bridge.sparkplug.host import (
     rebirth_request,
 )
 from tests.bridge.support import SimulatorProcess
-from tests.conftest import require
 from tests.gateway.broker.e2e.helpers import PahoClient, wait_for
 from tests.support.broker_proc import BrokerProcess
-from tests.support.mosquitto import Mosquitto, free_port, start_mosquitto
+from tests.support.mosquitto import Mosquitto, free_port
 
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
 BOOLEAN, UINT16, INT64, STRING, DOUBLE = 11, 6, 4, 12, 10
@@ -70,27 +70,6 @@ points = [
   {{ name = "pump", table = "coil", address = 5, writable = true }},
 ]
 """
-
-
-@pytest.fixture
-def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
-    require("mosquitto")
-    with start_mosquitto(tmp_path / "mosquitto") as broker:
-        yield broker
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    simulator = Simulator([1], "tcp", size=20)
-    simulator.start()
-    yield simulator
-    simulator.stop()
-
-
-@pytest.fixture
-def host(mosquitto: Mosquitto) -> Iterator[SparkplugHost]:
-    with SparkplugHost(mosquitto) as client:
-        yield client
 
 
 def check_seq(seen: list[Seen]) -> None:
@@ -237,7 +216,7 @@ def test_new_session_after_the_server_restarts(
     assert birth.payload.metrics[0].long_value == bdseq + 1
 
 
-def test_device_outage_ddeath_then_dbirth(
+def test_device_outage_ddeath_then_dbirth_with_current_values(
     mosquitto: Mosquitto, host: SparkplugHost, broker_factory: Callable[..., BrokerProcess],
 ) -> None:
     port = free_port()
@@ -248,12 +227,21 @@ def test_device_outage_ddeath_then_dbirth(
         simulator.kill()
         host.wait_count("DDEATH", 1, "plc")
         simulator.start()
-        host.wait_count("DBIRTH", 2, "plc")
+        births = host.wait_count("DBIRTH", 2, "plc")
     finally:
         simulator.kill()
     kinds = [s.kind for s in host.seen() if s.device == "plc" and s.kind != "DDATA"]
     assert kinds == ["DBIRTH", "DDEATH", "DBIRTH"]
     check_seq(host.seen())
+    # tck-id-operational-behavior-data-publish-dbirth-values: a DBIRTH carries the current
+    # values (those of the poll that brought the device back), not nulls followed by DDATA.
+    for birth in births:
+        metrics = {m.name: m for m in birth.payload.metrics}
+        assert [name for name, m in metrics.items() if m.is_null] == []
+        assert metrics["level"].int_value == initial_value(1, 0)
+        assert metrics["setpoint"].int_value == initial_value(1, 1)
+        assert metrics["temp"].double_value == initial_value(1, 3) / 10
+        assert metrics["pump"].boolean_value is False
 
 
 def test_reload_with_a_new_point_births_again(
