@@ -3,9 +3,10 @@
 - Towards a client: never more unacknowledged QoS 1/2 PUBLISH than the client's receive
   maximum (or our `max_inflight`, whichever is smaller); a message larger than the client's
   maximum packet size is not sent to it, others still get it.
-- From a client: more QoS 1 and 2 publishes in flight than our receive maximum is DISCONNECT
-  0x93; a packet above our maximum packet size is DISCONNECT 0x95, readable by a client that is
-  still writing (lingering close).
+- From a client: more QoS 2 publishes awaiting PUBREL than our receive maximum is DISCONNECT
+  0x93 (a QoS 1 burst waits for our PUBACKs instead: test_26_mqttjs.py); a packet above our
+  maximum packet size is DISCONNECT 0x95, readable by a client that is still writing
+  (lingering close).
 """
 
 from __future__ import annotations
