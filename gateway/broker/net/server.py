@@ -301,6 +301,10 @@ class MQTTConnection(admission.ClientConnection):
                 if pace is None:
                     pace = self.pace = AckPace()
                 pace.acknowledged(self.server.loop.time())
+                if self.out is not None:
+                    # Output written before it and not sent yet (a delivery of this very
+                    # message, say): the client may act on that, so it must not wait.
+                    pace.other = True
             elif pace is not None:
                 pace.other = True  # output other than acknowledgements is never held back
             if self.held is None:
