@@ -103,7 +103,7 @@ def accept(broker: BrokerApi, conn: Connection, packet: Publish, topic: str, now
     # topic then gets our PUBACK no later than its own copy (docs/storage.md), even when the
     # PUBACK waits for a commit. Only a v5 publisher under queue_overflow = "reject" is
     # answered after routing, which may refuse its message (0x97).
-    answer_after_routing = conn.is_v5 and broker.limits.queue_overflow == "reject"
+    answer_after_routing = broker.limits.queue_overflow == "reject" and conn.is_v5
     if qos and not answer_after_routing:
         acknowledge(broker, conn, packet)
     broker.publish(message, now, conn)

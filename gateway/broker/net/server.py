@@ -54,7 +54,7 @@ from typing import cast
 from gateway.base.wakeable import WakeableSleep
 from gateway.broker.codec import NEED_DATA, decode
 from gateway.broker.codec.errors import MQTTProtocolError, UnsupportedProtocolVersion
-from gateway.broker.codec.packets import Connect, PacketType, Publish
+from gateway.broker.codec.packets import MQTT_5, Connect, PacketType, Publish
 from gateway.broker.contracts.auth import Security
 from gateway.broker.contracts.config import ListenerConfig, listener_labels
 from gateway.broker.core.session import Connection
@@ -184,8 +184,8 @@ class MQTTConnection(admission.ClientConnection):
                     # Forwarded as they came; a retained message is kept, and its own bytes
                     # would only add to what every retained topic costs in memory.
                     raw = data[offset:offset + used] if offset or used != end else data
-                elif (type(packet) is Publish and packet.qos and conn.incoming_inflight
-                      and self.outstanding() >= receive_maximum and conn.is_v5
+                elif (type(packet) is Publish and packet.qos and conn.version == MQTT_5
+                      and conn.incoming_inflight and self.outstanding() >= receive_maximum
                       and not self._make_room()):
                     self.keep(data[offset:] if offset else data)  # this PUBLISH waits too
                     return
