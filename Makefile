@@ -16,6 +16,8 @@ STAMP := $(VENV)/.installed-stamp
 # package.json and package-lock.json; `make node-packages` runs `npm ci` in each (from the
 # registry, never a download of its own). Each feature adds its folder with a line of its own.
 NPM_DIRS :=
+# MQTT.js (Node-RED's client) bursting publishes at the broker: tests/gateway/broker/e2e/test_26_mqttjs.py
+NPM_DIRS += tests/gateway/broker/e2e/mqttjs
 
 .PHONY: demo test test-loaded lint typecheck unit soak bench system-packages node-packages clean
 

@@ -6,10 +6,10 @@ format, receive maximum, topic limits, `$SYS`); a protocol error closes, another
 answered per QoS; then the ACL hook decides write access. `accept` refuses what the durable
 store cannot take (and, from v5 publishers, retained messages over the retained limits),
 builds the `Message` (seeding it with the raw bytes the server kept for a QoS 0 message that
-is not retained), routes it through the broker, pauses the publisher when flow control says so
-(engine/flow_control.py) and answers PUBACK / PUBREC — gated on the store flush when the hooks
-are durable. The ack handlers move deliveries through the session window and report stored
-state changes to the hooks. Pure and synchronous.
+is not retained), answers PUBACK / PUBREC — gated on the store flush when the hooks are
+durable — routes it through the broker and pauses the publisher when flow control says so
+(engine/flow_control.py). The ack handlers move deliveries through the session window and
+report stored state changes to the hooks. Pure and synchronous.
 """
 
 from __future__ import annotations
@@ -99,15 +99,30 @@ def accept(broker: BrokerApi, conn: Connection, packet: Publish, topic: str, now
         broker.retained_full(message)
         refuse_publish(broker, conn, packet, ReasonCode.QUOTA_EXCEEDED)
         return
+    # The answer is written before the message is routed: a publisher subscribed to its own
+    # topic then gets our PUBACK no later than its own copy (docs/storage.md), even when the
+    # PUBACK waits for a commit. Only a v5 publisher under queue_overflow = "reject" is
+    # answered after routing, which may refuse its message (0x97).
+    answer_after_routing = broker.limits.queue_overflow == "reject" and conn.is_v5
+    if qos and not answer_after_routing:
+        acknowledge(broker, conn, packet)
     broker.publish(message, now, conn)
     if broker.dispatch.flow.congested:
         broker.dispatch.flow.pause(conn, now)
-    if not qos:
-        return
+    if qos and answer_after_routing:
+        if broker.dispatch.rejected:
+            refuse_publish(broker, conn, packet, ReasonCode.QUOTA_EXCEEDED)
+        else:
+            acknowledge(broker, conn, packet)
+
+
+def acknowledge(broker: BrokerApi, conn: Connection, packet: Publish) -> None:
+    """PUBACK / PUBREC an accepted QoS 1 / 2 PUBLISH (gated on the store's flush when the
+    hooks are durable)."""
+    session = conn.session
+    assert session is not None
     pid = packet.packet_id or 0
-    if broker.dispatch.rejected and conn.is_v5 and broker.limits.queue_overflow == "reject":
-        refuse_publish(broker, conn, packet, ReasonCode.QUOTA_EXCEEDED)
-    elif qos == 1:
+    if packet.qos == 1:
         conn.sink.write(encode(PubAck(pid), conn.version), broker.gated_acks)
     else:
         session.await_release(pid)

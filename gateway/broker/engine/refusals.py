@@ -107,7 +107,9 @@ def publish_refusal(
         return None
     # Receive Maximum is a 5.0 promise; a 3.1.x client was never told of a limit (its packet
     # ids bound the set at 65535). In flight: QoS 2 ids awaiting PUBREL and QoS 1 publishes
-    # whose PUBACK the client cannot have seen yet.
+    # whose PUBACK the client cannot have seen yet. The I/O layer sends (or waits for) the
+    # PUBACKs it owes before it hands over a publish that finds the window full, so what
+    # is refused here is a window full of QoS 2 ids, which only the client's PUBRELs free.
     if (packet.qos and v5
             and incoming_inflight + len(awaiting_release) >= limits.receive_maximum):
         return Refusal(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded", True)

@@ -126,9 +126,9 @@ def _warn_password_file(path: Path, db: PasswordDB) -> None:
     weak = sorted(name for name, entry in db.entries.items() if entry.weak)
     if weak:
         log.warning(
-            "%s: %d user(s) with a weak hash (mosquitto $6$, or $7$ with few iterations): %s; "
-            "run `outpost passwd %s USER` to re-hash", path, len(weak), ", ".join(weak[:10]),
-            path,
+            "%s: %d user(s) with a weak hash ($6$, $7$ with few iterations, Argon2id with "
+            "little memory): %s; run `outpost passwd %s USER` to re-hash",
+            path, len(weak), ", ".join(weak[:10]), path,
         )
     with contextlib.suppress(OSError):
         if path.stat().st_mode & stat.S_IROTH:

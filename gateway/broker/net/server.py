@@ -23,6 +23,13 @@ the packet at hand, keeps the rest of the bytes in `buffer` and pauses the trans
 pushes back on the client. `resume_reading` continues with the kept bytes on the next loop
 iteration (never inside another connection's packet handling).
 
+A v5 client's Receive Maximum, used up by QoS 1 publishes whose PUBACKs we still owe (MQTT.js
+sends without counting): before the next QoS 1/2 PUBLISH is handed to the broker, the PUBACKs
+waiting in `out` are written at once, which frees the window. PUBACKs held for the store's
+commit cannot be: the read loop keeps that PUBLISH unread (`windowed`) until `release` sends
+them, and a windowed connection is never kept waiting by the ack hold. A window full of QoS 2
+ids awaiting PUBREL is the client's to free: the broker answers DISCONNECT 0x93.
+
 Closing: after the last bytes (a DISCONNECT with its reason code, say) our side of a TCP
 connection is shut down with `write_eof`, and whatever the client still sends is read and
 discarded until it closes or `LINGER_SECONDS` pass (lingering close). Closing a socket with
@@ -47,7 +54,7 @@ from typing import cast
 from gateway.base.wakeable import WakeableSleep
 from gateway.broker.codec import NEED_DATA, decode
 from gateway.broker.codec.errors import MQTTProtocolError, UnsupportedProtocolVersion
-from gateway.broker.codec.packets import Connect, PacketType, Publish
+from gateway.broker.codec.packets import MQTT_5, Connect, PacketType, Publish
 from gateway.broker.contracts.auth import Security
 from gateway.broker.contracts.config import ListenerConfig, listener_labels
 from gateway.broker.core.session import Connection
@@ -82,7 +89,7 @@ class MQTTConnection(admission.ClientConnection):
     # attributes are slots of ClientConnection.
     __slots__ = (
         "buffer", "forgotten", "held", "in_commit", "linger", "out", "out_bytes", "pace",
-        "parked", "paused", "read_bytes", "refused", "server", "throttled",
+        "parked", "paused", "read_bytes", "refused", "server", "throttled", "windowed",
     )
 
     def __init__(self, server: Server, listener: ListenerConfig, label: str | None = None
@@ -106,6 +113,7 @@ class MQTTConnection(admission.ClientConnection):
         self.closing = False
         self.paused = False
         self.throttled = False  # flow control: the broker paused reading this client
+        self.windowed = False  # its Receive Maximum is full of PUBACKs held for a commit
         self.linger: asyncio.TimerHandle | None = None
         self.forgotten = False  # connection_lost reported to the broker
         self.read_bytes = 0
@@ -146,7 +154,7 @@ class MQTTConnection(admission.ClientConnection):
         server.broker.count_bytes_received(len(data))
         if self.closing:
             return
-        if self.parked or self.throttled:
+        if self.parked or self.throttled or self.windowed:
             self.keep(data)
             return
         self.read_bytes += len(data)
@@ -162,6 +170,7 @@ class MQTTConnection(admission.ClientConnection):
         conn = self.conn
         now = server.loop.time()
         max_size = broker.limits.max_packet_size
+        receive_maximum = broker.limits.receive_maximum
         offset = 0
         end = len(data)
         try:
@@ -175,6 +184,11 @@ class MQTTConnection(admission.ClientConnection):
                     # Forwarded as they came; a retained message is kept, and its own bytes
                     # would only add to what every retained topic costs in memory.
                     raw = data[offset:offset + used] if offset or used != end else data
+                elif (type(packet) is Publish and packet.qos and conn.version == MQTT_5
+                      and conn.incoming_inflight and self.outstanding() >= receive_maximum
+                      and not self._make_room()):
+                    self.keep(data[offset:] if offset else data)  # this PUBLISH waits too
+                    return
                 elif conn.version == 0 and type(packet) is Connect:
                     admitted = server.admission.on_connect(self, packet)
                     if admitted is None:  # parked: resume_connect() continues
@@ -226,8 +240,21 @@ class MQTTConnection(admission.ClientConnection):
         if self.buffer and not self.conn.closed:
             self.data_received(b"")
 
+    def _make_room(self) -> bool:
+        """The client's Receive Maximum is used up and another QoS 1/2 PUBLISH is at hand:
+        send the PUBACKs we owe. False: they wait for a commit, and so does reading."""
+        self.flush()  # the PUBACKs not held: on their way now (resets incoming_inflight)
+        if not self.conn.incoming_inflight or (self.held is None and self.in_commit is None):
+            return True  # what is left is the client's to free (QoS 2): the broker judges
+        self.windowed = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        if self.held:
+            self.server.request_commit(self)  # re-judges the hold: a full window is not held
+        return False
+
     def _resume_reading(self) -> None:
-        if self.throttled or self.parked:
+        if self.throttled or self.parked or self.windowed:
             return
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
@@ -274,6 +301,10 @@ class MQTTConnection(admission.ClientConnection):
                 if pace is None:
                     pace = self.pace = AckPace()
                 pace.acknowledged(self.server.loop.time())
+                if self.out is not None:
+                    # Output written before it and not sent yet (a delivery of this very
+                    # message, say): the client may act on that, so it must not wait.
+                    pace.other = True
             elif pace is not None:
                 pace.other = True  # output other than acknowledgements is never held back
             if self.held is None:
@@ -309,7 +340,7 @@ class MQTTConnection(admission.ClientConnection):
         self.server.loop.call_soon(self._continue_reading)
 
     def _continue_reading(self) -> None:
-        if self.throttled or self.parked or self.closing:
+        if self.throttled or self.parked or self.windowed or self.closing:
             return
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
@@ -341,7 +372,7 @@ class MQTTConnection(admission.ClientConnection):
             return
         transport.write_eof()
         self.buffer = None
-        self.throttled = self.parked = False
+        self.throttled = self.parked = self.windowed = False
         transport.resume_reading()
         self.linger = self.server.loop.call_later(LINGER_SECONDS, transport.abort)
         # The client's slot (max_connections, per-address counts) is free now, not after the
@@ -371,9 +402,16 @@ class MQTTConnection(admission.ClientConnection):
         if not out or self.transport is None or self.transport.is_closing():
             return
         data = out[0] if len(out) == 1 else b"".join(out)
-        self.conn.incoming_inflight = 0  # every PUBACK written so far is on its way
+        # Every PUBACK written so far is on its way, but those behind a commit.
+        self.conn.incoming_inflight = (
+            0 if self.held is None and self.in_commit is None else self._pubacks_in_commit())
         self.server.broker.count_bytes_sent(len(data))
         self.transport.write(data)
+
+    def _pubacks_in_commit(self) -> int:
+        """The PUBACKs still waiting for a commit (each write is one packet)."""
+        return sum(1 for waiting in (self.in_commit, self.held) if waiting
+                   for data in waiting if data[0] >> 4 == PacketType.PUBACK)
 
     def abort(self) -> None:
         """Drop held output and close: the store could not commit what it acknowledges.
@@ -406,6 +444,9 @@ class MQTTConnection(admission.ClientConnection):
         self.flush()
         if self.closing and not self.held:
             self._shut_down()
+        elif self.windowed:  # the PUBACKs that filled the client's window are on their way
+            self.windowed = False
+            self.server.loop.call_soon(self._continue_reading)
 
 
 class Server:
@@ -489,7 +530,7 @@ class Server:
         loop = self.loop
         while not self._stopping:
             until = hold_until(
-                ((None if c.closing else c.pace, c.outstanding())
+                ((None if c.closing or c.windowed else c.pace, c.outstanding())
                  for c in self._waiting if c.in_commit is None),
                 self.ack_hold, self.broker.limits.receive_maximum, loop.time())
             if until is None:

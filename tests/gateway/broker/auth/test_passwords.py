@@ -53,7 +53,7 @@ def test_known_vector_pbkdf2_sha512() -> None:
 
 @pytest.mark.parametrize(("text", "line", "fragment"), [
     ("alice\n", 1, "USERNAME:HASH"),
-    ("# c\n\nalice:plain\n", 3, "not a $7$"),
+    ("# c\n\nalice:plain\n", 3, "not a $argon2id$"),
     ("alice:$7$x$AAAA$AAAA\n", 1, "alice"),
     ("alice:$7$0$AAAA$" + "A" * 88 + "\n", 1, "out of range"),
     ("alice:$6$!!!!$AAAA\n", 1, "base64"),
