@@ -1,0 +1,64 @@
+// The console's only script (no framework, no build step): live values pushed by the gateway
+// over Server-Sent Events, the overview's figures refreshed, and the diff coloured.
+"use strict";
+
+function liveValues() {
+  const root = document.querySelector("[data-live-device]");
+  if (!root || !window.EventSource) return;
+  const device = root.dataset.liveDevice;
+  const source = new EventSource("/console/live" + (device ? "?device=" + encodeURIComponent(device) : ""));
+  source.onmessage = (event) => {
+    const data = JSON.parse(event.data);
+    if (data.status !== undefined) {
+      for (const el of document.querySelectorAll(`[data-live-status="${CSS.escape(data.device)}"]`)) {
+        el.textContent = data.status;
+        el.className = "badge " + data.status;
+      }
+      return;
+    }
+    const key = data.device + "/" + data.point;
+    for (const el of document.querySelectorAll(`[data-live="${CSS.escape(key)}"]`)) {
+      let text = data.value === null || data.value === undefined ? "–" : String(data.value);
+      if (data.unit && data.value !== null) text += " " + data.unit;
+      el.textContent = text;
+      el.className = "value" + (data.quality && data.quality !== "good" ? " q-" + data.quality : "");
+      el.dataset.updates = String(Number(el.dataset.updates || "0") + 1);
+    }
+    document.body.dataset.live = "1";
+  };
+}
+
+function overviewFigures() {
+  if (!document.querySelector("[data-stat]")) return;
+  const refresh = async () => {
+    try {
+      const response = await fetch("/console/status.json", {cache: "no-store"});
+      if (response.ok) {
+        const status = await response.json();
+        for (const el of document.querySelectorAll("[data-stat]")) {
+          let value = status;
+          for (const part of el.dataset.stat.split(".")) value = value === undefined ? undefined : value[part];
+          if (value !== undefined) el.textContent = typeof value === "number" && !Number.isInteger(value) ? value.toFixed(1) : String(value);
+        }
+      }
+    } finally {
+      setTimeout(refresh, 2000);
+    }
+  };
+  refresh();
+}
+
+function colourDiff() {
+  for (const pre of document.querySelectorAll("pre.diff")) {
+    const lines = pre.textContent.split("\n");
+    pre.replaceChildren(...lines.map((line) => {
+      const span = document.createElement("span");
+      span.className = line.startsWith("@@") ? "hunk" : line.startsWith("+") && !line.startsWith("+++") ? "add"
+        : line.startsWith("-") && !line.startsWith("---") ? "del" : "";
+      span.textContent = line + "\n";
+      return span;
+    }));
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => { liveValues(); overviewFigures(); colourDiff(); });
