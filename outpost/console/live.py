@@ -31,7 +31,8 @@ class LiveValues:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.latest: dict[str, dict[str, dict[str, Any]]] = {}  # device -> point -> event
-        self.watchers: dict[asyncio.Queue[str], str | None] = {}  # queue -> device (None: all)
+        # queue -> the device it follows (None: all)
+        self.watchers: dict[asyncio.Queue[str | None], str | None] = {}
         self.link: Link | None = None
 
     def attach(self, broker: Broker, clock: Callable[[], float]) -> None:
@@ -39,16 +40,18 @@ class LiveValues:
         self.link.subscribe(f"{self.prefix}/+/+", qos=0)
 
     def close(self) -> None:
+        for queue in self.watchers:  # ends every event stream
+            _offer(queue, None)
         if self.link is not None:
             self.link.close()
             self.link = None
 
-    def watch(self, device: str | None) -> asyncio.Queue[str] | None:
+    def watch(self, device: str | None) -> asyncio.Queue[str | None] | None:
         """A queue of the SSE events of `device` (None: every device), starting with the
         latest values; None when too many tabs are watching."""
         if len(self.watchers) >= MAX_WATCHERS:
             return None
-        queue: asyncio.Queue[str] = asyncio.Queue(QUEUE_SIZE)
+        queue: asyncio.Queue[str | None] = asyncio.Queue(QUEUE_SIZE)
         for name, points in self.latest.items():
             if device is None or name == device:
                 for event in points.values():
@@ -56,7 +59,7 @@ class LiveValues:
         self.watchers[queue] = device
         return queue
 
-    def unwatch(self, queue: asyncio.Queue[str]) -> None:
+    def unwatch(self, queue: asyncio.Queue[str | None]) -> None:
         self.watchers.pop(queue, None)
 
     def on_message(self, message: Message, qos: int, retain: bool) -> None:
@@ -88,7 +91,7 @@ class LiveValues:
         self.latest.pop(device, None)
 
 
-def _offer(queue: asyncio.Queue[str], text: str) -> None:
+def _offer(queue: asyncio.Queue[str | None], text: str | None) -> None:
     if queue.full():
         queue.get_nowait()  # the oldest goes: a slow tab must not hold the gateway's memory
     queue.put_nowait(text)

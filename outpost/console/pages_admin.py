@@ -315,7 +315,8 @@ async def set_user(request: web.Request) -> web.StreamResponse:
     except (ValueError, OSError) as exc:
         return await broker_page(request, {"username": str(exc)})
     audit(session.user, "user", done)
-    console.reload()  # the broker and the console read their password files again
+    console.reload()  # the broker reads its password files again
+    console.accounts.reload(console.config().console)  # (a [console] change would, too)
     session.notice = done
     role = str(form.get("role", ""))
     current = console.config().console.users.get(user)

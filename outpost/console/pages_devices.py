@@ -261,7 +261,8 @@ async def device_page(request: web.Request, errors: Mapping[str, str] | None = N
     own = _own_points(request, device.name)
     values = state.get("points") or {}
     rows = []
-    for index, point in enumerate(device.points):
+    writes: list[str] = []
+    for point in device.points:
         key = f"{device.name}/{point.name}"
         value = value_text(values.get(point.name, {}).get("value"), point.unit)
         if session.can_change and point.name in own:
@@ -269,16 +270,17 @@ async def device_page(request: web.Request, errors: Mapping[str, str] | None = N
         else:
             deadband = esc(point.deadband if point.deadband is not None else "")
         write = ""
-        if point.writable and session.can_change:
-            write = (f'<form method="post" action="/console/devices/{esc(device.name)}/write" '
-                     f'class="inline write"{attr("data-point", point.name)}>'
-                     f'{csrf_input(session.csrf)}<input type="hidden" name="point"'
-                     f'{attr("value", point.name)}><input name="value" size="6">'
-                     f'<button type="submit">write</button></form>')
+        if point.writable and session.can_change:  # (forms cannot nest: `form=` names it)
+            ident = f"write-{point.name}"
+            write = (f'<input name="value" size="6"{attr("form", ident)}>'
+                     f'<button type="submit"{attr("form", ident)}{attr("id", ident + "-button")}'
+                     f">write</button>")
+            writes.append(f'<form method="post" action="/console/devices/{esc(device.name)}/'
+                          f'write"{attr("id", ident)}>{csrf_input(session.csrf)}'
+                          f'<input type="hidden" name="point"{attr("value", point.name)}></form>')
         rows.append([esc(point.name), esc(point.table), esc(point.address),
                      f'<span class="value"{attr("data-live", key)}>{esc(value)}</span>',
                      deadband, write])
-        del index
     points = table(("point", "table", "address", "value", "deadband", "write"), rows,
                    "no points", id="points")
     info = (f'<div class="panel">{_badge(device.name, state.get("online"))} bus '
@@ -294,7 +296,7 @@ async def device_page(request: web.Request, errors: Mapping[str, str] | None = N
                 f'{points}<div class="actions"><button type="submit" id="save">review change'
                 f"</button></div></form>"
                 + button_form(f"/console/devices/{device.name}/remove", "remove this device",
-                              session.csrf, css="danger"))
+                              session.csrf, css="danger") + "".join(writes))
     else:
         body = info + points
     body = f'<div{attr("data-live-device", device.name)}>{body}</div>'
@@ -383,8 +385,7 @@ async def live_stream(request: web.Request) -> web.StreamResponse:
                                            "Cache-Control": "no-store"})
     await response.prepare(request)
     try:
-        while True:
-            event = await queue.get()
+        while (event := await queue.get()) is not None:  # None: the console is closing
             await response.write(f"data: {event}\n\n".encode())
     except (ConnectionError, RuntimeError):
         pass

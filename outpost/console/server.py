@@ -125,7 +125,8 @@ class ConsoleServer:
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         self.console.live.attach(self.console.broker, self.console.broker_clock)
-        self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                                    shutdown_timeout=2.0)
         await self.runner.setup()
         site = web.TCPSite(self.runner, host, port, ssl_context=self.tls, reuse_address=True)
         await site.start()

@@ -160,10 +160,8 @@ def test_change_a_deadband(site: Site, browser: Any) -> None:
 
 def test_write_a_writable_point(site: Site, browser: Any) -> None:
     browser.get(site.console + "devices/plc")
-    form = by_css(browser, 'form.write[data-point="setpoint"]')
-    field = form.find_element("name", "value")
-    field.send_keys("42")
-    form.find_element("css selector", "button").click()
+    by_css(browser, '[name="value"][form="write-setpoint"]').send_keys("42")
+    click(browser, "#write-setpoint-button")
     text_of(browser, "#notice", "wrote plc/setpoint = 42")
     assert site.simulator.registers(2, "holding")[10] == 42
     assert "console: admin write: plc/setpoint = 42" in site.outpost.log()
@@ -184,7 +182,7 @@ def test_add_a_user(site: Site, browser: Any) -> None:
     click(browser, "#save-user")
     review_and_apply(browser, 'tech = "viewer"')
     text_of(browser, "#users", "tech")
-    assert HttpSession(site.console).login("tech", "tech-secret") == 200
+    assert HttpSession(site.outpost.url("/")).login("tech", "tech-secret") == 200
 
 
 def test_refusals_without_session_csrf_or_role(site: Site) -> None:
