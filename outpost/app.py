@@ -165,7 +165,8 @@ async def serve(
         if callable(reload_part):  # reload(its new section) -> None: device maps, uplink rules
             daemon.reloader.register(name, _section_reloader(reload_part, name), sections=(name,))
     if config.console.enabled:
-        start_console(daemon, broker, bridge, config_path)
+        start_console(daemon, broker, bridge, config_path,
+                      state_dir or config.storage.state_dir)
     await daemon.start(server.bound)  # the store is open, every listener bound: READY=1
     for address in server.bound:  # "HOST:PORT" for tcp, "HOST:PORT (tls)", "unix:PATH"
         print(f"outpost: listening on {address}", flush=True)
@@ -189,13 +190,15 @@ async def serve(
 
 
 def start_console(daemon: Daemon, broker: Broker, bridge: Bridge | None,
-                  config_path: Path | None) -> None:
-    """Serve the console (with the status endpoint) on the `[status]` listener."""
+                  config_path: Path | None, state_dir: Path | None) -> None:
+    """Serve the console (with the status endpoint) on the `[status]` listener; the
+    configuration's versions are kept in the state directory (else beside the file)."""
     if config_path is None:
         log.warning("console: not started: it edits the configuration file, and outpost was "
                     "started without --config")
         return
-    parts = ConsoleParts(daemon.board, broker, bridge, config_path,
+    history = Path(state_dir) if state_dir is not None else config_path.resolve().parent
+    parts = ConsoleParts(daemon.board, broker, bridge, config_path, history,
                          lambda: daemon.reloader.config, daemon.reload)
 
     def endpoint(board: StatusBoard, status: StatusConfig) -> ConsoleServer:

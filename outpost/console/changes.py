@@ -10,16 +10,16 @@ the unified diff the user reviews, and the digest of the text it was made from.
 
 `ConfigFile.apply` writes it only when the file still has that digest: a hand edit made
 meanwhile is never overwritten (`StaleFileError` tells the user to review again). The write
-goes through the version store (outpost/console/versions.py: the previous text is kept, the
-new one written next to the file, fsynced and renamed over it), then the daemon's reload
-(the SIGHUP path, outpost/reload.py) applies it. A reload that refuses the file puts the
-previous text back, so the running configuration and the file agree again.
+goes through the versioned configuration store (outpost/config_store.py: atomic, the
+previous versions kept with their source `console:<user>` and result), then the daemon's
+reload (the SIGHUP path, outpost/reload.py) applies it and the version is marked "applied"
+with the change's summary. A reload that refuses the file rolls back to the version that was
+running, so the running configuration and the file agree again.
 """
 
 from __future__ import annotations
 
 import difflib
-import hashlib
 import secrets
 import tomllib
 from collections.abc import Callable
@@ -32,7 +32,7 @@ from tomlkit.toml_document import TOMLDocument
 from gateway.base.settings import ConfigError
 from gateway.broker.net.security_files import listener_file_errors
 from outpost.config import Config, config_folder, parse_config
-from outpost.console.versions import VersionStore
+from outpost.config_store import ConfigStore, StaleConfigError, Version, sha256_text
 
 Edit = Callable[[TOMLDocument], None]
 
@@ -55,10 +55,6 @@ class Proposal:
     @property
     def diff(self) -> str:
         return unified_diff(self.old_text, self.new_text)
-
-
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def unified_diff(old: str, new: str, old_name: str = "outpost.toml (running)",
@@ -88,9 +84,9 @@ def field_errors(lines: list[str], prefix: str = "") -> tuple[dict[str, str], li
 class ConfigFile:
     """The configuration file the daemon runs from."""
 
-    def __init__(self, path: Path, versions: VersionStore) -> None:
+    def __init__(self, path: Path, store: ConfigStore) -> None:
         self.path = path
-        self.versions = versions
+        self.store = store
 
     def read(self) -> str:
         return self.path.read_text(encoding="utf-8")
@@ -123,20 +119,26 @@ class ConfigFile:
     def propose_text(self, old: str, new: str, summary: str, back: str) -> Proposal:
         """Replacing `old` (the file as read) with `new` (a roll back: a whole kept text)."""
         self.check_text(new)
-        return Proposal(secrets.token_urlsafe(12), summary, old, new, digest(old), back)
+        return Proposal(secrets.token_urlsafe(12), summary, old, new, sha256_text(old),
+                        back)
 
-    def apply(self, proposal: Proposal, who: str, reload: Callable[[], bool]) -> None:
-        """Write the proposal (if the file is still what it was made from) and reload.
+    def apply(self, proposal: Proposal, who: str, reload: Callable[[], bool]) -> Version:
+        """Write the proposal (if the file is still what it was made from) and reload; returns
+        the version it became.
 
         Raises `StaleFileError`, or `ConfigError` when the reload refused the file (the
-        previous text is back in place)."""
-        current = self.read()
-        if digest(current) != proposal.base_digest:
+        running version is back in place)."""
+        running = self.store.current().version
+        try:
+            version = self.store.write(proposal.new_text, f"console:{who}",
+                                       expected_sha256=proposal.base_digest)
+        except StaleConfigError:
             raise StaleFileError(
                 f"{self.path} changed since this change was prepared (edited by hand or from "
-                f"another session); nothing was written: review the change again")
-        self.versions.write(self.path, proposal.new_text, who, proposal.summary)
-        if not reload():
-            self.versions.write(self.path, current, who, f"undo: {proposal.summary}")
-            raise ConfigError(str(self.path), ["the reload refused the new file (see the "
-                                               "journal); the previous file is back in place"])
+                f"another session); nothing was written: review the change again") from None
+        if reload():
+            return self.store.set_result(version.number, "applied", proposal.summary)
+        reason = "the reload refused it (see the journal)"
+        if running is not None:
+            self.store.rollback(running, reason)
+        raise ConfigError(str(self.path), [f"{reason}; the previous file is back in place"])

@@ -21,6 +21,7 @@ from tomlkit.toml_document import TOMLDocument
 
 from gateway.broker.engine.sys_topics import VERSION
 from gateway.broker.net.security_files import set_password
+from outpost.config_store import ConfigStoreError
 from outpost.console.changes import StaleFileError, unified_diff
 from outpost.console.context import CONSOLE, audit, pending, propose, render, session_of
 from outpost.console.devices import typed
@@ -358,19 +359,27 @@ async def history_page(request: web.Request) -> web.StreamResponse:
                    f"({update.last_install_boot or 'unknown'})")
     except (UpdateError, OSError) as exc:
         updates = f"no update status: {exc}"
-    current = console.file.read()
+    store = console.file.store
+    current = store.current()
     rows = []
-    for version in console.file.versions.list():
-        text = console.file.versions.text(version.number)
-        diff = unified_diff(text, current, f"version {version.number}", "outpost.toml (now)")
+    for version in reversed(store.history()):
+        try:
+            diff = unified_diff(store.show(version.number), current.text,
+                                f"version {version.number}", "outpost.toml (now)")
+        except ConfigStoreError as exc:
+            diff = str(exc)
+        running = " (running)" if version.number == current.version else ""
         action = (button_form(f"/console/history/{version.number}/rollback", "roll back to this",
-                              session.csrf, css="secondary") if session.can_change else "")
-        rows.append([esc(version.number), esc(version.note),
+                              session.csrf, css="secondary")
+                  if session.can_change and not running else "")
+        rows.append([esc(version.number) + running, esc(version.time), esc(version.source),
+                     esc(f"{version.result}: {version.reason}" if version.reason
+                         else version.result),
                      f'<details><summary>diff to now</summary><pre class="diff">{esc(diff)}'
                      f"</pre></details>", action])
     body = (f'<div class="panel" id="version">outpost {esc(VERSION)} · {esc(updates)}</div>'
-            "<h3>configuration versions (the text before each change)</h3>"
-            + table(("#", "replaced by", "", ""), rows, "no change made from the console yet",
+            "<h3>configuration versions</h3>"
+            + table(("#", "time", "source", "result", "", ""), rows, "no versions recorded",
                     id="versions"))
     return render(request, "updates and history", body, "history")
 
@@ -380,7 +389,7 @@ async def rollback(request: web.Request) -> web.StreamResponse:
     session = session_of(request)
     number = int(request.match_info["version"])
     try:
-        old = console.file.versions.text(number)
+        old = console.file.store.show(number)
         proposal = console.file.propose_text(console.file.read(), old,
                                              f"roll back to version {number}",
                                              "/console/history")

@@ -36,13 +36,13 @@ from bridge.runtime import Bridge
 from gateway.broker.contracts.auth import PasswordDB
 from gateway.broker.engine.broker import Broker
 from outpost.config import Config
+from outpost.config_store import ConfigStore
 from outpost.console import pages_admin, pages_devices
 from outpost.console.auth import Accounts, Sessions, same_token
 from outpost.console.changes import ConfigFile
 from outpost.console.context import CONSOLE, Console, session_of
 from outpost.console.html import attr, field, frame
 from outpost.console.live import LiveValues
-from outpost.console.versions import VersionStore
 from outpost.status import StatusBoard
 from outpost.status_http import (
     PAGE_CSP,
@@ -76,6 +76,7 @@ class ConsoleParts:
     broker: Broker
     bridge: Bridge | None
     config_path: Path
+    state_dir: Path  # where the configuration store keeps the versions
     config: Callable[[], Config]  # the running configuration
     reload: Callable[[], bool]  # the SIGHUP path: re-read the file, apply; False if refused
 
@@ -91,7 +92,7 @@ class ConsoleServer:
         live = LiveValues(config.bridge.prefix)
         self.console = Console(
             board=parts.board, broker=parts.broker, bridge=parts.bridge, live=live,
-            file=ConfigFile(parts.config_path, VersionStore(parts.config_path)),
+            file=ConfigFile(parts.config_path, ConfigStore(parts.config_path, parts.state_dir)),
             accounts=Accounts(config.console),
             sessions=Sessions(config.console.session_minutes * 60, time.monotonic),
             config=parts.config, reload=parts.reload, secure=self.tls is not None)

@@ -6,7 +6,6 @@ refusals are checked with plain HTTP requests."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -224,7 +223,12 @@ def test_a_hand_edit_made_meanwhile_is_not_overwritten(site: Site, browser: Any)
     assert "poll_interval = 0.4" not in edited
 
 
-def test_history_lists_the_versions_and_rolls_back(site: Site, browser: Any) -> None:
+def test_history_lists_the_versions_and_rolls_back(site: Site, browser: Any,
+                                                   mqtt: Watcher) -> None:
     browser.get(site.console + "history")
-    text = text_of(browser, "#versions", "add device meter-1")
-    assert re.search(r"admin: add forward rule", text)
+    text = text_of(browser, "#versions", "console:admin")
+    assert "add device meter-1" in text and "add forward rule" in text
+    click(browser, 'form[action="/console/history/1/rollback"] button')  # the first file
+    review_and_apply(browser, '-name = "meter-1"')
+    assert "meter-1" not in site.config_path.read_text()
+    assert mqtt.wait("devices/meter-1/status", lambda s: s == "offline") == "offline"
