@@ -29,7 +29,6 @@ from gateway.broker.engine.broker import Broker
 from gateway.broker.net.security_files import load_security
 from gateway.broker.net.server import Server
 from outpost.config import Config, StatusConfig, command_local_topics
-from outpost.console.server import ConsoleParts, ConsoleServer
 from outpost.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
 from outpost.reload import Reloader
 from outpost.remote_update import RemoteUpdateService
@@ -164,15 +163,14 @@ async def serve(
         reload_part = getattr(part, "reload", None)
         if callable(reload_part):  # reload(its new section) -> None: device maps, uplink rules
             daemon.reloader.register(name, _section_reloader(reload_part, name), sections=(name,))
-    if config.console.enabled:
-        start_console(daemon, broker, bridge, config_path,
-                      state_dir or config.storage.state_dir)
+    console = config.console.enabled and start_console(
+        daemon, broker, bridge, config_path, state_dir or config.storage.state_dir)
     await daemon.start(server.bound)  # the store is open, every listener bound: READY=1
     for address in server.bound:  # "HOST:PORT" for tcp, "HOST:PORT (tls)", "unix:PATH"
         print(f"outpost: listening on {address}", flush=True)
     if daemon.board.status_url is not None:
         print(f"outpost: status on {daemon.board.status_url}", flush=True)
-        if isinstance(daemon.http, ConsoleServer):
+        if console and daemon.http is not None:
             print(f"outpost: console on {daemon.board.status_url}console/", flush=True)
     if on_ready is not None:
         on_ready(addresses)
@@ -190,13 +188,16 @@ async def serve(
 
 
 def start_console(daemon: Daemon, broker: Broker, bridge: Bridge | None,
-                  config_path: Path | None, state_dir: Path | None) -> None:
+                  config_path: Path | None, state_dir: Path | None) -> bool:
     """Serve the console (with the status endpoint) on the `[status]` listener; the
     configuration's versions are kept in the state directory (else beside the file)."""
+    # aiohttp and the console's pages: loaded only when the console is enabled (a few MiB).
+    from outpost.console.server import ConsoleParts, ConsoleServer  # noqa: PLC0415
+
     if config_path is None:
         log.warning("console: not started: it edits the configuration file, and outpost was "
                     "started without --config")
-        return
+        return False
     history = Path(state_dir) if state_dir is not None else config_path.resolve().parent
     parts = ConsoleParts(daemon.board, broker, bridge, config_path, history,
                          lambda: daemon.reloader.config, daemon.reload)
@@ -207,6 +208,7 @@ def start_console(daemon: Daemon, broker: Broker, bridge: Bridge | None,
         return console
 
     daemon.endpoint = endpoint
+    return True
 
 
 class Interop(Protocol):
