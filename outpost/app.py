@@ -171,6 +171,7 @@ async def serve(
     if daemon.board.status_url is not None:
         print(f"outpost: status on {daemon.board.status_url}", flush=True)
         if console and daemon.http is not None:
+            log.info("console on %sconsole/", daemon.board.status_url)
             print(f"outpost: console on {daemon.board.status_url}console/", flush=True)
     if on_ready is not None:
         on_ready(addresses)

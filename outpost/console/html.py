@@ -95,10 +95,13 @@ def field(name: str, label: str, value: object = "", errors: Mapping[str, str] |
 
 
 def cell_input(name: str, value: object, errors: Mapping[str, str], kind: str = "text",
-               size: int = 8) -> str:
-    """An input inside a table cell, its error under it."""
+               size: int = 8, form: str = "") -> str:
+    """An input inside a table cell, its error under it (`form`: the id of the form it
+    belongs to, when that form is elsewhere)."""
     problem = errors.get(name)
     invalid = ' aria-invalid="true"' if problem else ""
+    if form:
+        invalid += attr("form", form)
     if kind == "checkbox":
         control = (f'<input type="checkbox"{attr("name", name)} value="1"'
                    f'{" checked" if value else ""}{invalid}>')

@@ -19,14 +19,17 @@ import tomlkit
 from aiohttp import web
 from tomlkit.toml_document import TOMLDocument
 
+from gateway.broker.contracts.acl import AclError, parse_acl
 from gateway.broker.engine.sys_topics import VERSION
 from gateway.broker.net.security_files import set_password
-from outpost.config_store import ConfigStoreError
+from outpost.config_store import ConfigStoreError, atomic_write
 from outpost.console.changes import StaleFileError, unified_diff
 from outpost.console.context import CONSOLE, audit, pending, propose, render, session_of
 from outpost.console.devices import typed
 from outpost.console.html import (
+    attr,
     button_form,
+    cell_input,
     csrf_input,
     esc,
     field,
@@ -48,9 +51,11 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/console/changes/{change}/cancel", cancel_change)
     router.add_get("/console/uplink", uplink_page)
     router.add_post("/console/uplink/forward", add_forward)
+    router.add_post("/console/uplink/forward/{index}", edit_forward)
     router.add_post("/console/uplink/forward/{index}/remove", remove_forward)
     router.add_get("/console/broker", broker_page)
     router.add_post("/console/broker/users", set_user)
+    router.add_post("/console/broker/acl/{index}", save_acl)
     router.add_get("/console/history", history_page)
     router.add_post("/console/history/{version}/rollback", rollback)
 
@@ -169,18 +174,29 @@ async def uplink_page(request: web.Request, errors: dict[str, str] | None = None
                f"{section.get('drain_rate') or 0:.1f} msg/s, ETA "
                f"{format_duration(section.get('eta_s'))}") if section else "no uplink figures"
     rules = []
+    errors = errors or {}
     for index, rule in enumerate(config.forward):
-        remove = (button_form(f"/console/uplink/forward/{index}/remove", "remove", session.csrf,
-                              css="danger") if session.can_change else "")
-        rules.append([esc(config.rule_name(index)), esc(rule.filter), esc(rule.remote),
-                      esc(rule.qos), remove])
+        if not session.can_change:
+            rules.append([esc(config.rule_name(index)), esc(rule.filter), esc(rule.remote),
+                          esc(rule.qos), ""])
+            continue
+        form = f"rule-{index}"  # (a form per row: the inputs name it with `form=`)
+        edit = (f'<form method="post" action="/console/uplink/forward/{index}"'
+                f' id="{form}">{csrf_input(session.csrf)}</form>')
+        rules.append([esc(config.rule_name(index)),
+                      cell_input(f"rules.{index}.filter", rule.filter, errors, size=24,
+                                 form=form),
+                      esc(rule.remote),
+                      cell_input(f"rules.{index}.qos", rule.qos, errors, size=2, form=form),
+                      edit + f'<button type="submit" form="{form}" class="secondary">save'
+                      f"</button> " + button_form(f"/console/uplink/forward/{index}/remove",
+                                                  "remove", session.csrf, css="danger")])
     body = (f'<div class="panel">{"enabled" if config.enabled else "disabled"} · '
             f"{esc(figures)}</div>" + table(("remote", "addresses", "state"), rows,
                                             "no remotes", id="remotes")
             + "<h3>forward rules</h3>" + table(("name", "filter", "remote", "QoS", ""), rules,
                                               "no forward rules", id="forward"))
     if session.can_change:
-        errors = errors or {}
         remote_names = [(r.name, r.name) for r in config.remotes] or [("cloud", "cloud")]
         body += (f"<h3>add a forward rule</h3>{general_errors(general or [])}"
                  f'<form method="post" action="/console/uplink/forward" id="forward-form">'
@@ -222,6 +238,22 @@ async def add_forward(request: web.Request) -> web.StreamResponse:
 
     errors, general = propose(request, edit, f"add forward rule {rule['filter']}",
                               "/console/uplink", f"uplink.forward.{index}")
+    return await uplink_page(request, errors, general)
+
+
+async def edit_forward(request: web.Request) -> web.StreamResponse:
+    index = int(request.match_info["index"])
+    form = await request.post()
+    changes = {key: typed(str(form[f"rules.{index}.{key}"])) if key == "qos"
+               else str(form[f"rules.{index}.{key}"]).strip()
+               for key in ("filter", "qos") if f"rules.{index}.{key}" in form}
+
+    def edit(document: TOMLDocument) -> None:
+        _forward_rules(document)[index].update(changes)
+
+    errors, general = propose(request, edit, f"edit forward rule {index}", "/console/uplink",
+                              "uplink.forward")
+    errors = {f"rules.{key}": message for key, message in errors.items()}
     return await uplink_page(request, errors, general)
 
 
@@ -291,7 +323,54 @@ async def broker_page(request: web.Request, errors: dict[str, str] | None = None
                  + field("delete", "delete the user", "", errors, kind="checkbox")
                  + '</div><div class="actions"><button type="submit" id="save-user">save'
                  "</button></div></form>")
+    for index, (label, path) in enumerate(_acl_files(request)):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            text = f"# cannot read {path}: {exc.strerror}"
+        body += f"<h3>ACL of {esc(label)}: {esc(path)}</h3>"
+        area = (f'<textarea name="acl" rows="12" cols="90"{attr("id", f"acl-{index}")}'
+                f"{'' if session.can_change else ' readonly'}>{esc(text)}</textarea>")
+        problem = (errors or {}).get(f"acl.{index}")
+        if problem:
+            area += f'<div class="field-error" data-error-for="acl.{index}">{esc(problem)}</div>'
+        if session.can_change:
+            area = (f'<form method="post" action="/console/broker/acl/{index}">'
+                    f'{csrf_input(session.csrf)}{area}<div class="actions"><button '
+                    f'type="submit" id="save-acl-{index}">save and reload</button></div></form>')
+        body += area
     return render(request, "broker", body, "broker")
+
+
+def _acl_files(request: web.Request) -> list[tuple[str, Path]]:
+    files: list[tuple[str, Path]] = []
+    for index, listener in enumerate(request.app[CONSOLE].config().listeners):
+        path = listener.acl_file
+        if path is not None and all(path != known for _, known in files):
+            files.append((f"listener {listener.name or index} ({listener.bind})", path))
+    return files
+
+
+async def save_acl(request: web.Request) -> web.StreamResponse:
+    """Check the ACL as the broker will read it, write it atomically, reload."""
+    console = request.app[CONSOLE]
+    session = session_of(request)
+    index = int(request.match_info["index"])
+    files = _acl_files(request)
+    if index >= len(files):
+        raise web.HTTPNotFound(text="no such ACL file")
+    label, path = files[index]
+    text = str((await request.post()).get("acl", "")).replace("\r\n", "\n")
+    try:
+        parse_acl(text)
+    except AclError as exc:
+        return await broker_page(request, {f"acl.{index}": str(exc)})
+    mode = path.stat().st_mode & 0o7777
+    atomic_write(path.resolve(), text.encode("utf-8"), mode)
+    audit(session.user, "acl", f"{path} ({label}) rewritten")
+    console.reload()  # the broker reads its ACL files again
+    session.notice = f"saved {path} and reloaded"
+    raise web.HTTPSeeOther("/console/broker")
 
 
 async def set_user(request: web.Request) -> web.StreamResponse:

@@ -169,7 +169,10 @@ class ConsoleServer:
                 return web.Response(status=401, text="authentication required\n", headers={
                     "WWW-Authenticate": 'Basic realm="outpost", charset="UTF-8"'})
             response = await handler(request)
-        elif path.startswith("/console/static/") or path in OPEN_PATHS:
+        elif path.startswith("/console/static/"):
+            response = await handler(request)
+            response.headers["Cache-Control"] = "no-cache"  # revalidated: 304 when unchanged
+        elif path in OPEN_PATHS:
             response = await handler(request)
         else:
             response = await self._console(request, handler)

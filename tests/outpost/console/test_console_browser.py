@@ -6,6 +6,7 @@ refusals are checked with plain HTTP requests."""
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Iterator
 from typing import Any
 
@@ -171,7 +172,12 @@ def test_add_a_forward_rule(site: Site, browser: Any) -> None:
     fill(browser, {"filter": "devices/meter-1/#", "qos": "1"})
     click(browser, "#add-forward")
     review_and_apply(browser, 'filter = "devices/meter-1/#"')
-    text_of(browser, "#forward", "devices/meter-1/#")
+    by_css(browser, 'input[name="rules.1.filter"][value="devices/meter-1/#"]')
+    fill(browser, {"rules.1.qos": "0"})  # edit it in place
+    click(browser, 'button[form="rule-1"]')
+    review_and_apply(browser, "qos = 0")
+    rules = tomllib.loads(site.config_path.read_text())["uplink"]["forward"]
+    assert rules[1] == {"filter": "devices/meter-1/#", "remote": "cloud", "qos": 0}
 
 
 def test_add_a_user(site: Site, browser: Any) -> None:

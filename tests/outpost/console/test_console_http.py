@@ -1,0 +1,91 @@
+"""The console over plain HTTP: its `[console]` settings, the status endpoint beside it, and the
+ACL editor of the broker page (a listener with an ACL file: the broker reads the new rules)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.base.settings import ConfigError
+from gateway.broker.net.security_files import set_password
+from outpost.config import parse_config
+from tests.gateway.broker.e2e.helpers import PahoClient
+from tests.outpost.console.support import HttpSession
+from tests.outpost.support import Outpost, http_get, start_outpost
+from tests.support.mosquitto import free_port
+from tests.support.waiting import wait_for
+
+
+def test_console_needs_a_password_file_and_a_user(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"console": {"enabled": True}}, "outpost.toml", tmp_path)
+    assert any(line.startswith("console:") and "password_file" in line
+               for line in caught.value.errors), caught.value.errors
+    set_password(tmp_path / "users", "alice", b"secret", iterations=1000)
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"console": {"enabled": True, "password_file": "users",
+                                  "users": {"alice": "root"}}}, "outpost.toml", tmp_path)
+    assert any(line.startswith("console.users.alice") for line in caught.value.errors)
+    config = parse_config({"console": {"enabled": True, "password_file": "users",
+                                       "users": {"alice": "admin"}}}, "outpost.toml", tmp_path)
+    assert config.console.users == {"alice": "admin"}
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outpost]:
+    workdir = tmp_path_factory.mktemp("console-http")
+    set_password(workdir / "users", "admin", b"admin-secret", iterations=1000)
+    (workdir / "acl").write_text("topic read public/#\n", encoding="utf-8")
+    port = free_port()
+    config = f"""
+[[listeners]]
+bind = "127.0.0.1:{port}"
+acl_file = "acl"
+
+[status]
+bind = "127.0.0.1:0"
+
+[console]
+enabled = true
+password_file = "users"
+users = {{ admin = "admin" }}
+"""
+    outpost = start_outpost(workdir, config, listen=None)
+    yield outpost
+    outpost.stop()
+
+
+def test_the_status_endpoint_stays_beside_the_console(gateway: Outpost) -> None:
+    code, headers, body = http_get(gateway.url("/status"))
+    assert code == 200 and b'"gateway_id"' in body
+    code, _, body = http_get(gateway.url("/metrics"))
+    assert code == 200 and b"outpost_uptime_seconds" in body
+    code, headers, body = http_get(gateway.url("/"))
+    assert code == 200 and b"outpost status" in body
+    assert f"console on {gateway.url('/console/')}" in gateway.log()
+
+
+def test_an_acl_is_checked_written_and_read_by_the_broker(gateway: Outpost) -> None:
+    acl = gateway.config_path.parent / "acl"
+    admin = HttpSession(gateway.url("/"))
+    assert admin.login("admin", "admin-secret") == 200
+    status, page = admin.request("/console/broker")
+    assert status == 200 and "topic read public/#" in page
+    csrf = admin.csrf("/console/broker")
+    status, page = admin.request("/console/broker/acl/0", {"csrf": csrf,
+                                                           "acl": "topic fly public/#\n"})
+    assert 'data-error-for="acl.0"' in page
+    assert acl.read_text() == "topic read public/#\n"  # refused: nothing written
+    with PahoClient(gateway) as client:
+        client.connect()
+        assert client.subscribe("private/#", 1) == [0x80]  # the ACL denies it
+    admin.request("/console/broker/acl/0", {"csrf": csrf,
+                                            "acl": "topic read public/#\ntopic read private/#\n"})
+    assert "private/#" in acl.read_text()
+    assert "console: admin acl:" in gateway.log()
+    wait_for(lambda: "reload: done" in gateway.log(), 10, message="no reload")
+    with PahoClient(gateway) as client:
+        client.connect()
+        assert client.subscribe("private/#", 1) == [1]  # the broker read the new rules
