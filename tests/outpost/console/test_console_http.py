@@ -58,11 +58,11 @@ users = {{ admin = "admin" }}
 
 
 def test_the_status_endpoint_stays_beside_the_console(gateway: Outpost) -> None:
-    code, headers, body = http_get(gateway.url("/status"))
+    code, _, body = http_get(gateway.url("/status"))
     assert code == 200 and b'"gateway_id"' in body
     code, _, body = http_get(gateway.url("/metrics"))
     assert code == 200 and b"outpost_uptime_seconds" in body
-    code, headers, body = http_get(gateway.url("/"))
+    code, _, body = http_get(gateway.url("/"))
     assert code == 200 and b"outpost status" in body
     assert f"console on {gateway.url('/console/')}" in gateway.log()
 
