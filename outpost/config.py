@@ -32,6 +32,16 @@ __all__ = ["Config", "ConfigError", "ConsoleConfig", "StatusConfig", "load_confi
            "parse_config", "secret_warnings"]
 
 
+def password_file(value: Path, info: ValidationInfo) -> Path:
+    """An existing password file in the broker's `$7$` format (relative to the config file)."""
+    path = existing_file(value, info)
+    try:
+        parse_password_text(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, PasswordFileError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return path
+
+
 class StatusConfig(Section):
     """The status endpoint: `/` (page), `/status` (JSON), `/metrics` (Prometheus)."""
 
@@ -65,13 +75,9 @@ class StatusConfig(Section):
     def _file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         if value is None:
             return None
-        path = existing_file(value, info)
         if info.field_name == "password_file":
-            try:
-                parse_password_text(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, PasswordFileError) as exc:
-                raise ValueError(f"{path}: {exc}") from None
-        return path
+            return password_file(value, info)
+        return existing_file(value, info)
 
     @field_validator("bind")
     @classmethod
@@ -114,14 +120,7 @@ class ConsoleConfig(Section):
     @field_validator("password_file")
     @classmethod
     def _users_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        if value is None:
-            return None
-        path = existing_file(value, info)
-        try:
-            parse_password_text(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, PasswordFileError) as exc:
-            raise ValueError(f"{path}: {exc}") from None
-        return path
+        return None if value is None else password_file(value, info)
 
     @model_validator(mode="after")
     def _someone_logs_in(self) -> ConsoleConfig:

@@ -1,15 +1,12 @@
 """Helpers of the console tests: a site (a pymodbus simulator and `outpost run` with the console),
-headless Chromium driven by selenium through Debian's chromedriver, and plain HTTP sessions.
-
-Selenium is given the paths of Debian's chromium and chromedriver, so Selenium Manager never
-looks for (or downloads) a browser or a driver.
+headless Chromium (bench/console_site.py's, driven by selenium through Debian's chromedriver:
+Selenium Manager never looks for or downloads anything), and plain HTTP sessions.
 """
 
 from __future__ import annotations
 
 import http.cookiejar
 import re
-import struct
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,18 +16,13 @@ from pathlib import Path
 import pytest
 
 from bench.bridge.simulator import Simulator
+from bench.console_site import CHROMEDRIVER, CHROMIUM, Browser, f32
 from gateway.broker.net.security_files import set_password
 from tests.outpost.support import Outpost, start_outpost
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 PASSWORDS = {"admin": "admin-secret", "viewer": "viewer-secret"}
 SDM630 = {"voltage_l1": (0, 230.1), "voltage_l2": (2, 231.4), "power": (52, 2845.5),
           "frequency": (70, 49.98)}  # point -> (wire address of the input register, value)
-
-
-def f32(value: float) -> list[int]:
-    return list(struct.unpack(">2H", struct.pack(">f", value)))
 
 
 CONFIG = """# The site's gateway: this comment must survive every change made from the console.
@@ -109,17 +101,9 @@ def start_site(workdir: Path) -> Site:
 
 def chrome() -> object:
     """A headless Chromium (Debian's) through Debian's chromedriver."""
-    if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
+    if not Path(CHROMIUM).exists() or not Path(CHROMEDRIVER).exists():
         pytest.skip("chromium and chromium-driver are not installed (make system-packages)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
-                     "--disable-dev-shm-usage", "--window-size=1280,900"):
-        options.add_argument(argument)
-    return webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
+    return Browser().driver
 
 
 class HttpSession:
