@@ -37,6 +37,8 @@ from outpost.console.changes import Edit
 POINT_KEYS = ("name", "table", "address", "type", "scale", "unit", "deadband", "writable")
 DEVICE_KEYS = ("name", "bus", "unit_id", "address_base", "poll_interval", "map")
 BUS_KEYS = ("type", "host", "port", "device", "baudrate", "parity")
+SERIAL_KEYS = ("name", "device", "baudrate", "parity", "delimiter", "parser", "pattern")
+SERIAL_POINT_KEYS = ("name", "field", "type", "unit", "deadband")
 NEW_BUS = "+new"
 
 
@@ -51,6 +53,62 @@ def typed(text: str) -> Any:
     return text
 
 
+def _rows(form: Mapping[str, str], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The point rows of a form (`points.N.key`), empty rows left out."""
+    points = []
+    for index in range(64):
+        if f"points.{index}.name" not in form:
+            break
+        point: dict[str, Any] = {}
+        for key in keys:
+            value = form.get(f"points.{index}.{key}", "").strip()
+            if key == "writable":
+                if value:
+                    point[key] = True
+            elif value:
+                numeric = key in ("address", "scale", "deadband")
+                point[key] = typed(value) if numeric else value
+        if set(point) - {"table", "type"}:  # an empty row (defaults only) is no point
+            points.append(point)
+    return points
+
+
+def serial_table(form: Mapping[str, str]) -> dict[str, Any]:
+    """The `[[bridge.serial]]` table of a submitted serial device form (line framing)."""
+    device: dict[str, Any] = {}
+    for key in SERIAL_KEYS:
+        value = form.get(key, "").strip() if key != "delimiter" else form.get(key, "")
+        if value:
+            device[key] = typed(value) if key == "baudrate" else value
+    if "delimiter" in device:  # typed as the escapes people write: \r\n
+        device["delimiter"] = device["delimiter"].replace("\\r", "\r").replace("\\n", "\n")
+    points = _rows(form, SERIAL_POINT_KEYS)
+    if points:
+        device["points"] = points
+    return device
+
+
+def add_serial_edit(device: dict[str, Any]) -> Edit:
+    """Append `[[bridge.serial]]`."""
+
+    def edit(document: TOMLDocument) -> None:
+        _array(document, "bridge", "serial").append(_table(device))
+
+    return edit
+
+
+def remove_serial_edit(name: str) -> Edit:
+    def edit(document: TOMLDocument) -> None:
+        devices = document.get("bridge", {}).get("serial", [])
+        for index, table in enumerate(devices):
+            if table.get("name") == name:
+                del devices[index]
+                return
+        raise KeyError(name)
+
+    return edit
+
+
 def device_table(form: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(device table, new bus table or None) from a submitted device form."""
     device: dict[str, Any] = {}
@@ -60,20 +118,7 @@ def device_table(form: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any
             device[key] = value if key in ("name", "bus", "map") else typed(value)
     if device.get("map"):
         device["map"] = f"profile:{device['map']}"
-    points = []
-    for index in range(64):
-        if f"points.{index}.name" not in form:
-            break
-        point: dict[str, Any] = {}
-        for key in POINT_KEYS:
-            value = form.get(f"points.{index}.{key}", "").strip()
-            if key == "writable":
-                if value:
-                    point[key] = True
-            elif value:
-                point[key] = value if key in ("name", "table", "type", "unit") else typed(value)
-        if set(point) - {"table", "type"}:  # an empty row (defaults only) is no point
-            points.append(point)
+    points = _rows(form, POINT_KEYS)
     if points:
         device["points"] = points
     bus = None

@@ -27,13 +27,17 @@ from outpost.console.context import CONSOLE, audit, propose, render, session_of
 from outpost.console.devices import (
     NEW_BUS,
     POINT_KEYS,
+    SERIAL_POINT_KEYS,
     Answer,
     add_device_edit,
+    add_serial_edit,
     device_table,
     probe,
     probe_bus,
     probe_device,
     remove_device_edit,
+    remove_serial_edit,
+    serial_table,
     typed,
     update_device_edit,
 )
@@ -63,6 +67,9 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/console/devices/{device}", edit_device)
     router.add_post("/console/devices/{device}/remove", remove_device)
     router.add_post("/console/devices/{device}/write", write_point)
+    router.add_get("/console/serial/new", new_serial_page)
+    router.add_post("/console/serial/new", add_serial)
+    router.add_post("/console/serial/{device}/remove", remove_serial)
     router.add_get("/console/live", live_stream)
 
 
@@ -94,13 +101,21 @@ async def devices_page(request: web.Request) -> web.StreamResponse:
                      _badge(device.name, state.get("online")), values])
     for serial in config.serial:
         state = states.get(serial.name, {})
-        rows.append([esc(serial.name), "serial", esc(serial.device), "",
-                     _badge(serial.name, state.get("online")), ""])
+        values = " · ".join(
+            f'{esc(p.name)} <span class="value"{attr("data-live", f"{serial.name}/{p.name}")}>'
+            f"{esc(value_text((state.get('points') or {}).get(p.name, {}).get('value'), p.unit))}"
+            f"</span>" for p in serial.points[:4])
+        remove = (button_form(f"/console/serial/{serial.name}/remove", "remove", session.csrf,
+                              css="danger") if session.can_change else "")
+        rows.append([esc(serial.name), "serial line", esc(serial.device), remove,
+                     _badge(serial.name, state.get("online")), values])
     body = table(("device", "kind", "bus / port", "unit", "state", "last values"), rows,
                  "no devices configured", id="devices")
     if session.can_change:
-        body += '<div class="actions"><a href="/console/devices/new"><button type="button" ' \
-                'id="add-device">add a device</button></a></div>'
+        body += ('<div class="actions"><a href="/console/devices/new"><button type="button" '
+                 'id="add-device">add a Modbus device</button></a><a href="/console/serial/new">'
+                 '<button type="button" class="secondary" id="add-serial">add a serial line '
+                 "device</button></a></div>")
     return render(request, "devices", f'<div data-live-device="">{body}</div>', "devices")
 
 
@@ -231,6 +246,61 @@ async def _probe(request: web.Request, device: DeviceConfig, bus: BusConfig) -> 
     if bridge is not None and bus.name in bridge.buses and bridge.config.bus(bus.name) == bus:
         running = bridge.buses[bus.name]
     return await probe(device, bus, running)
+
+
+# -- serial line devices ---------------------------------------------------------------------
+
+
+def _serial_form(request: web.Request, form: Mapping[str, str], errors: Mapping[str, str],
+                 general: list[str]) -> web.Response:
+    session = session_of(request)
+    get = form.get
+    device = "".join((
+        field("name", "name", get("name", ""), errors),
+        field("device", "serial port", get("device", ""), errors, placeholder="/dev/ttyUSB1"),
+        field("baudrate", "baud rate", get("baudrate", "9600"), errors),
+        field("parity", "parity", get("parity", "N"), errors,
+              options=[("N", "none"), ("E", "even"), ("O", "odd")]),
+        field("delimiter", "line end", get("delimiter", "\\r\\n"), errors),
+        field("pattern", "regex (one named group per point)", get("pattern", ""), errors,
+              placeholder=r"T=(?P<temperature>[-\d.]+)"),
+    ))
+    rows = [[cell_input(f"points.{i}.{key}", get(f"points.{i}.{key}", ""), errors,
+                        size=14 if key in ("name", "field") else 7)
+             for key in SERIAL_POINT_KEYS] for i in range(POINT_ROWS)]
+    body = (f'{general_errors(general)}<form method="post" action="/console/serial/new" '
+            f'id="serial-form">{csrf_input(session.csrf)}<input type="hidden" name="parser" '
+            f'value="regex"><div class="panel">{device}</div><h3>points (field: the regex '
+            f"group)</h3>{table(SERIAL_POINT_KEYS, rows, id='serial-rows')}"
+            f'<div class="actions"><button type="submit" id="review-serial">review change'
+            f"</button></div></form>")
+    return render(request, "add a serial line device", body, "devices")
+
+
+async def new_serial_page(request: web.Request) -> web.StreamResponse:
+    if not session_of(request).can_change:
+        raise web.HTTPForbidden(text="your role is read-only")
+    return _serial_form(request, {}, {}, [])
+
+
+async def add_serial(request: web.Request) -> web.StreamResponse:
+    console = request.app[CONSOLE]
+    form = _form_dict(await request.post())
+    device = serial_table(form)
+    document, _ = console.file.document()
+    index = len(document.get("bridge", {}).get("serial", []))
+    errors, general = propose(request, add_serial_edit(device),
+                              f"add serial device {device.get('name', '?')}",
+                              "/console/devices", f"bridge.serial.{index}")
+    return _serial_form(request, form, errors, general)
+
+
+async def remove_serial(request: web.Request) -> web.StreamResponse:
+    name = request.match_info["device"]
+    errors, general = propose(request, remove_serial_edit(name), f"remove serial device {name}",
+                              "/console/devices")
+    session_of(request).notice = "; ".join([*general, *errors.values()])
+    raise web.HTTPSeeOther("/console/devices")
 
 
 # -- one device ------------------------------------------------------------------------------

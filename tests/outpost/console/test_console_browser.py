@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.bridge.support import Watcher
+from tests.bridge.support import SocatPair, Watcher
+from tests.bridge.test_serial_e2e import PtyEnd
 from tests.outpost.console.support import (
     PASSWORDS,
     HttpSession,
@@ -128,6 +129,29 @@ def test_add_an_sdm630_from_its_profile_probe_and_apply(site: Site, browser: Any
     text = site.config_path.read_text()
     assert text.startswith(COMMENT) and "# The PLC: a setpoint" in text
     assert "console: admin change: add device meter-1" in site.outpost.log()
+
+
+def test_add_a_serial_line_device(site: Site, browser: Any, mqtt: Watcher) -> None:
+    pair = SocatPair(site.workdir, "sensor").start()
+    try:
+        browser.get(site.console + "devices")
+        click(browser, "#add-serial")
+        fill(browser, {"name": "sensor", "device": str(pair.a), "baudrate": "9600",
+                       "pattern": "T=(?P<temp>-?[0-9.]+)", "points.0.name": "temperature",
+                       "points.0.field": "temp", "points.0.unit": "C"})
+        click(browser, "#review-serial")
+        review_and_apply(browser, 'field = "temp"')
+        device = PtyEnd(pair.b)
+        # the bridge opens the port once the reload has started it; resend until it has
+        got = wait_for(lambda: device.send(b"T=21.5\r\n") or mqtt.latest(
+            "devices/sensor/temperature"), 20, message="no temperature")
+        assert got["value"] == 21.5
+        text_of(browser, "#devices", "sensor")
+        click(browser, 'form[action="/console/serial/sensor/remove"] button')
+        review_and_apply(browser, '-name = "sensor"')
+        assert "sensor" not in site.config_path.read_text()
+    finally:
+        pair.stop()
 
 
 def test_live_values_are_pushed_to_the_device_page(site: Site, browser: Any) -> None:
