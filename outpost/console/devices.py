@@ -92,7 +92,7 @@ def add_serial_edit(device: dict[str, Any]) -> Edit:
     """Append `[[bridge.serial]]`."""
 
     def edit(document: TOMLDocument) -> None:
-        _array(document, "bridge", "serial").append(_table(device))
+        append_table(_array(document, "bridge", "serial"), _table(device))
 
     return edit
 
@@ -144,6 +144,13 @@ def _array(document: TOMLDocument, section: str, key: str) -> AoT:
     return array
 
 
+def append_table(array: AoT, table: Table) -> None:
+    """Append to an array of tables with a blank line before it, as people write them."""
+    if len(array) and not array[-1].as_string().endswith("\n\n"):
+        array[-1].add(tomlkit.nl())
+    array.append(table)
+
+
 def _inline(value: Any) -> Any:
     if isinstance(value, dict):
         inline = tomlkit.inline_table()
@@ -170,8 +177,8 @@ def add_device_edit(device: dict[str, Any], bus: dict[str, Any] | None) -> Edit:
 
     def edit(document: TOMLDocument) -> None:
         if bus is not None:
-            _array(document, "bridge", "buses").append(_table(bus))
-        _array(document, "bridge", "devices").append(_table(device))
+            append_table(_array(document, "bridge", "buses"), _table(bus))
+        append_table(_array(document, "bridge", "devices"), _table(device))
 
     return edit
 

@@ -25,7 +25,7 @@ from gateway.broker.net.security_files import set_password
 from outpost.config_store import ConfigStoreError, atomic_write
 from outpost.console.changes import StaleFileError, unified_diff
 from outpost.console.context import CONSOLE, audit, pending, propose, render, session_of
-from outpost.console.devices import typed
+from outpost.console.devices import append_table, typed
 from outpost.console.html import (
     attr,
     button_form,
@@ -234,7 +234,7 @@ async def add_forward(request: web.Request) -> web.StreamResponse:
     def edit(document: TOMLDocument) -> None:
         table_ = tomlkit.table()
         table_.update(rule)
-        _forward_rules(document).append(table_)
+        append_table(_forward_rules(document), table_)
 
     errors, general = propose(request, edit, f"add forward rule {rule['filter']}",
                               "/console/uplink", f"uplink.forward.{index}")
@@ -456,7 +456,7 @@ async def history_page(request: web.Request) -> web.StreamResponse:
                          else version.result),
                      f'<details><summary>diff to now</summary><pre class="diff">{esc(diff)}'
                      f"</pre></details>", action])
-    body = (f'<div class="panel" id="version">outpost {esc(VERSION)} · {esc(updates)}</div>'
+    body = (f'<div class="panel" id="version">{esc(VERSION)} · {esc(updates)}</div>'
             "<h3>configuration versions</h3>"
             + table(("#", "time", "source", "result", "", ""), rows, "no versions recorded",
                     id="versions"))
