@@ -55,7 +55,6 @@ from outpost.console.html import (
 
 log = logging.getLogger("outpost.console")
 POINT_ROWS = 4
-TABLES = ("holding", "input", "coil", "discrete")
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

@@ -37,7 +37,7 @@ from gateway.broker.contracts.auth import PasswordDB
 from gateway.broker.engine.broker import Broker
 from outpost.config import Config
 from outpost.config_store import ConfigStore
-from outpost.console import pages_admin, pages_devices
+from outpost.console import pages_admin, pages_broker, pages_devices
 from outpost.console.auth import Accounts, Sessions, same_token
 from outpost.console.changes import ConfigFile
 from outpost.console.context import CONSOLE, Console, session_of
@@ -115,6 +115,7 @@ class ConsoleServer:
         app.router.add_static("/console/static/", STATIC, append_version=False)
         pages_devices.add_routes(app.router)
         pages_admin.add_routes(app.router)
+        pages_broker.add_routes(app.router)
         return app
 
     def reload(self, config: Config) -> None:
