@@ -37,7 +37,6 @@ from outpost.status import format_bytes, format_duration
 from outpost.update import Device, UpdateError, read_status
 
 log = logging.getLogger("outpost.console")
-MAX_RETAINED = 200
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
