@@ -3,6 +3,7 @@ ACL editor of the broker page (a listener with an ACL file: the broker reads the
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from gateway.base.settings import ConfigError
 from gateway.broker.net.security_files import set_password
 from outpost.config import parse_config
+from outpost.console.auth import Accounts
 from tests.gateway.broker.e2e.helpers import PahoClient
 from tests.outpost.console.support import HttpSession
 from tests.outpost.support import Outpost, http_get, start_outpost
@@ -89,3 +91,23 @@ def test_an_acl_is_checked_written_and_read_by_the_broker(gateway: Outpost) -> N
     with PahoClient(gateway) as client:
         client.connect()
         assert client.subscribe("private/#", 1) == [1]  # the broker read the new rules
+
+
+def test_failed_logins_slow_the_next_ones_from_that_address(tmp_path: Path) -> None:
+    set_password(tmp_path / "users", "alice", b"secret", iterations=1000)
+    set_password(tmp_path / "users", "mallory", b"hers", iterations=1000)
+    console = parse_config({"console": {"enabled": True, "password_file": "users",
+                                        "users": {"alice": "admin"}}},
+                           "outpost.toml", tmp_path).console
+    accounts = Accounts(console)
+    clock = [1000.0]
+
+    async def attempts() -> list[str | None]:
+        now = lambda: clock[0]  # noqa: E731
+        return [await accounts.login("alice", "wrong", "10.0.0.9", now),
+                await accounts.login("mallory", "hers", "10.0.0.9", now),  # no role
+                await accounts.login("alice", "secret", "10.0.0.7", now)]
+
+    assert asyncio.run(attempts()) == [None, None, "admin"]
+    assert accounts.throttle.delay("10.0.0.9", clock[0]) == 1.0  # 0.5 s, doubled
+    assert accounts.throttle.delay("10.0.0.7", clock[0]) == 0.0
