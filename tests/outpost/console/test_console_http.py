@@ -4,17 +4,21 @@ ACL editor of the broker page (a listener with an ACL file: the broker reads the
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from bench.bridge.simulator import Simulator
 from gateway.base.settings import ConfigError
 from gateway.broker.net.security_files import set_password
 from outpost.config import parse_config
 from outpost.console.auth import Accounts
+from outpost.console.devices import NEW_BUS
+from tests.bridge.support import SocatPair
 from tests.gateway.broker.e2e.helpers import PahoClient
-from tests.outpost.console.support import HttpSession
+from tests.outpost.console.support import HttpSession, f32
 from tests.outpost.support import Outpost, http_get, start_outpost
 from tests.support.mosquitto import free_port
 from tests.support.waiting import wait_for
@@ -111,3 +115,24 @@ def test_failed_logins_slow_the_next_ones_from_that_address(tmp_path: Path) -> N
     assert asyncio.run(attempts()) == [None, None, "admin"]
     assert accounts.throttle.delay("10.0.0.9", clock[0]) == 1.0  # 0.5 s, doubled
     assert accounts.throttle.delay("10.0.0.7", clock[0]) == 0.0
+
+
+def test_a_probe_reads_a_meter_on_a_new_serial_bus(gateway: Outpost, tmp_path: Path) -> None:
+    pair = SocatPair(tmp_path, "rs485").start()
+    simulator = Simulator([1], "rtu", device=str(pair.b), size=400, baudrate=9600)
+    simulator.start()
+    try:
+        simulator.set_registers(1, "input", 0, f32(229.9))
+        admin = HttpSession(gateway.url("/"))
+        assert admin.login("admin", "admin-secret") == 200
+        status, page = admin.request("/console/devices/probe", {
+            "csrf": admin.csrf(), "name": "meter-9", "map": "eastron-sdm630", "bus": NEW_BUS,
+            "unit_id": "1", "bus.name": "rs485", "bus.type": "rtu", "bus.device": str(pair.a),
+            "bus.baudrate": "9600", "bus.parity": "N"})
+        assert status == 200
+        answer = re.search(r'data-point="voltage_l1">([^<]*)<', page)
+        assert answer is not None and answer.group(1) == "229.9 V", page[-3000:]
+        assert "meter-9" not in gateway.config_path.read_text()  # a probe writes nothing
+    finally:
+        simulator.stop()
+        pair.stop()
