@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ from gateway.base.settings import ConfigError
 from gateway.broker.core.message import Message
 from outpost.config_store import ConfigStore
 from outpost.console.changes import ConfigFile, StaleFileError, field_errors
+from outpost.console.context import audit, audit_log
 from outpost.console.devices import NEW_BUS, add_device_edit, device_table, update_device_edit
 from outpost.console.live import QUEUE_SIZE, LiveValues
+from outpost.daemon import JournalHandler
 
 TEXT = """# kept: a comment of the technician
 gateway_id = "site-1"  # the name the cloud knows
@@ -111,3 +114,20 @@ def test_a_slow_tab_loses_the_oldest_values_only() -> None:
         assert queue.get_nowait() is None  # the end of the stream
 
     asyncio.run(scenario())
+
+
+def test_an_audit_line_carries_who_and_what_as_journal_fields() -> None:
+    sent: list[tuple[str, dict[str, object]]] = []
+    handler = JournalHandler(lambda message, **fields: sent.append((message, fields)))
+    audit_log.addHandler(handler)
+    level = audit_log.level
+    audit_log.setLevel(logging.INFO)  # (the daemon's root level: --log-level, INFO by default)
+    try:
+        audit("alice", "change", "add device meter-1", device="meter-1")
+    finally:
+        audit_log.removeHandler(handler)
+        audit_log.setLevel(level)
+    message, fields = sent[0]
+    assert message == "console: alice change: add device meter-1"
+    assert (fields["CONSOLE_USER"], fields["CONSOLE_ACTION"], fields["DEVICE"]) == (
+        "alice", "change", "meter-1")
