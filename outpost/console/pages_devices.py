@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
 
-from bridge.modbus.config import BusConfig, DeviceConfig, profile_names
+from bridge.modbus.config import BusConfig, DeviceConfig, PointConfig, profile_names
 from bridge.modbus.poller import WriteError
+from bridge.serial.config import SerialPointConfig
 from bridge.serial.reader import CommandError
 from gateway.base.settings import ConfigError
 from outpost.config import config_folder
@@ -82,6 +83,16 @@ def _badge(name: str, online: object) -> str:
     return f'<span class="badge {state}"{attr("data-live-status", name)}>{state}</span>'
 
 
+def _last_values(device: str, points: Sequence[SerialPointConfig | PointConfig],
+                 state: Mapping[str, Any], shown: int = 4) -> str:
+    """The first points' latest values, each in a cell the live stream updates."""
+    values = state.get("points") or {}
+    return " · ".join(
+        f'{esc(p.name)} <span class="value"{attr("data-live", f"{device}/{p.name}")}>'
+        f"{esc(value_text(values.get(p.name, {}).get('value'), p.unit))}</span>"
+        for p in points[:shown])
+
+
 async def devices_page(request: web.Request) -> web.StreamResponse:
     console = request.app[CONSOLE]
     session = session_of(request)
@@ -90,20 +101,13 @@ async def devices_page(request: web.Request) -> web.StreamResponse:
     rows = []
     for device in config.devices:
         state = states.get(device.name, {})
-        points = device.points[:4]
-        values = " · ".join(
-            f'{esc(p.name)} <span class="value"{attr("data-live", f"{device.name}/{p.name}")}>'
-            f"{esc(value_text((state.get('points') or {}).get(p.name, {}).get('value'), p.unit))}"
-            f"</span>" for p in points)
+        values = _last_values(device.name, device.points, state)
         rows.append([f'<a href="/console/devices/{esc(device.name)}">{esc(device.name)}</a>',
                      "modbus", esc(device.bus), esc(device.unit_id),
                      _badge(device.name, state.get("online")), values])
     for serial in config.serial:
         state = states.get(serial.name, {})
-        values = " · ".join(
-            f'{esc(p.name)} <span class="value"{attr("data-live", f"{serial.name}/{p.name}")}>'
-            f"{esc(value_text((state.get('points') or {}).get(p.name, {}).get('value'), p.unit))}"
-            f"</span>" for p in serial.points[:4])
+        values = _last_values(serial.name, serial.points, state)
         remove = (button_form(f"/console/serial/{serial.name}/remove", "remove", session.csrf,
                               css="danger") if session.can_change else "")
         rows.append([esc(serial.name), "serial line", esc(serial.device), remove,
@@ -152,10 +156,10 @@ def _device_form(request: web.Request, form: Mapping[str, str], errors: Mapping[
         field("bus.parity", "parity", get("bus.parity", "N"), errors,
               options=[("N", "none"), ("E", "even"), ("O", "odd")]),
     ))
-    count = max(POINT_ROWS, *(int(k.split(".")[1]) + 1 for k in form if k.startswith("points.")
-                              and k.split(".")[1].isdigit()), 0) if form else POINT_ROWS
+    sent = [int(key.split(".")[1]) + 1 for key in form
+            if key.startswith("points.") and key.split(".")[1].isdigit()]
     rows = []
-    for i in range(count):
+    for i in range(max([POINT_ROWS, *sent])):
         rows.append([cell_input(f"points.{i}.{key}", get(f"points.{i}.{key}", ""), errors,
                                 kind="checkbox" if key == "writable" else "text",
                                 size=14 if key == "name" else 7)
