@@ -10,6 +10,7 @@ to the bridge's own write path (`Bridge.write`: the same checks as `<prefix>/<de
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -56,6 +57,7 @@ from outpost.console.html import (
 
 log = logging.getLogger("outpost.console")
 POINT_ROWS = 4
+KEEPALIVE = 15.0  # seconds between two keepalive lines of an idle event stream
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
@@ -458,7 +460,14 @@ async def live_stream(request: web.Request) -> web.StreamResponse:
                                            "Cache-Control": "no-store"})
     await response.prepare(request)
     try:
-        while (event := await queue.get()) is not None:  # None: the console is closing
+        while True:
+            try:
+                event = await asyncio.wait_for(queue.get(), KEEPALIVE)
+            except TimeoutError:  # a comment line: a closed tab is noticed, its queue freed
+                await response.write(b": keepalive\n\n")
+                continue
+            if event is None:  # the console is closing
+                break
             await response.write(f"data: {event}\n\n".encode())
     except (ConnectionError, RuntimeError):
         pass
