@@ -52,20 +52,28 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/console/history/{version}/rollback", rollback)
 
 
-def _tile(label: str, value: object, stat: str = "") -> str:
+def _tile(label: str, value: object, stat: str = "", series: str = "") -> str:
+    """A figure, refreshed by the page's script (`stat`), with a sparkline of its history
+    (`series`: a history series of the status board)."""
     data = f' data-stat="{esc(stat)}"' if stat else ""
+    spark = (f'<svg class="spark" width="140" height="28" data-series="{esc(series)}"></svg>'
+             if series else "")
     return (f'<div class="tile"><div class="label">{esc(label)}</div>'
-            f'<div class="value"{data}>{esc(value)}</div></div>')
+            f'<div class="value"{data}>{esc(value)}</div>{spark}</div>')
 
 
 async def overview(request: web.Request) -> web.StreamResponse:
     status = request.app[CONSOLE].board.collect()
     messages, queues = status["messages"], status["queues"]
     tiles = "".join((
-        _tile("clients", status["clients"]["connected"], "clients.connected"),
-        _tile("messages in /s", messages["received_per_s"], "messages.received_per_s"),
-        _tile("messages out /s", messages["sent_per_s"], "messages.sent_per_s"),
-        _tile("queued", queues["queued_messages"], "queues.queued_messages"),
+        _tile("clients", status["clients"]["connected"], "clients.connected",
+              "clients/connected"),
+        _tile("messages in /s", messages["received_per_s"], "messages.received_per_s",
+              "messages/received_per_s"),
+        _tile("messages out /s", messages["sent_per_s"], "messages.sent_per_s",
+              "messages/sent_per_s"),
+        _tile("queued", queues["queued_messages"], "queues.queued_messages",
+              "queues/queued_messages"),
         _tile("retained", status["retained"], "retained"),
         _tile("dropped", messages["dropped"], "messages.dropped"),
         _tile("uptime", format_duration(status["uptime_s"])),

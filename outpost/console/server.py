@@ -284,6 +284,6 @@ async def logout(request: web.Request) -> web.StreamResponse:
 
 
 async def status_json(request: web.Request) -> web.StreamResponse:
-    """The board's snapshot for the overview's figures (behind the login, unlike /status)."""
-    status = request.app[CONSOLE].board.collect()
+    """The board's snapshot and history for the overview (behind the login, unlike /status)."""
+    status = request.app[CONSOLE].board.collect(history=True)
     return web.Response(text=json.dumps(status, default=str), content_type="application/json")

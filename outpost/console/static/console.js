@@ -28,6 +28,25 @@ function liveValues() {
   };
 }
 
+// A line of [[time, value], ...] across the svg (the status page draws the same).
+function sparkline(svg, series) {
+  const w = Number(svg.getAttribute("width")), h = Number(svg.getAttribute("height"));
+  const data = series.filter((p) => Number.isFinite(p[1]));
+  svg.dataset.samples = String(data.length);
+  if (data.length < 2) return;
+  const t0 = data[0][0], t1 = data[data.length - 1][0];
+  let lo = Math.min(...data.map((p) => p[1])), hi = Math.max(...data.map((p) => p[1]));
+  if (hi === lo) { hi += 1; lo -= 1; }
+  const points = data.map((p) => ((t1 === t0 ? w : 2 + (p[0] - t0) / (t1 - t0) * (w - 4)).toFixed(1)
+    + "," + (h - 2 - (p[1] - lo) / (hi - lo) * (h - 4)).toFixed(1))).join(" ");
+  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+  line.setAttribute("points", points);
+  line.setAttribute("fill", "none");
+  line.setAttribute("stroke", "#2a6fdb");
+  line.setAttribute("stroke-width", "1.6");
+  svg.replaceChildren(line);
+}
+
 function overviewFigures() {
   if (!document.querySelector("[data-stat]")) return;
   const refresh = async () => {
@@ -39,6 +58,9 @@ function overviewFigures() {
           let value = status;
           for (const part of el.dataset.stat.split(".")) value = value === undefined ? undefined : value[part];
           if (value !== undefined) el.textContent = typeof value === "number" && !Number.isInteger(value) ? value.toFixed(1) : String(value);
+        }
+        for (const svg of document.querySelectorAll("svg[data-series]")) {
+          sparkline(svg, (status.history || {})[svg.dataset.series] || []);
         }
       }
     } finally {

@@ -30,6 +30,7 @@ gateway_id = "plant-7"
 
 [status]
 bind = "127.0.0.1:0"
+history_interval = 0.5
 
 [console]
 enabled = true

@@ -109,6 +109,15 @@ def test_log_in(site: Site, browser: Any) -> None:
     text_of(browser, "header", "admin")
 
 
+def test_the_overview_is_live(site: Site, browser: Any) -> None:
+    browser.get(site.console)
+    text_of(browser, "main", "plc")
+    # the sparklines are drawn from the board's history, refreshed by the page itself
+    wait_for(lambda: int(by_css(browser, 'svg[data-series="messages/received_per_s"]')
+                         .get_attribute("data-samples") or 0) >= 3, 20,
+             message="no history drawn")
+
+
 def test_add_an_sdm630_from_its_profile_probe_and_apply(site: Site, browser: Any,
                                                         mqtt: Watcher) -> None:
     browser.get(site.console + "devices/new")
