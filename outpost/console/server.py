@@ -284,6 +284,8 @@ async def logout(request: web.Request) -> web.StreamResponse:
 
 
 async def status_json(request: web.Request) -> web.StreamResponse:
-    """The board's snapshot and history for the overview (behind the login, unlike /status)."""
-    status = request.app[CONSOLE].board.collect(history=True)
+    """The board's snapshot for the overview, with the history when asked (`?history=1`);
+    behind the login, unlike /status."""
+    history = request.query.get("history") == "1"
+    status = request.app[CONSOLE].board.collect(history=history)
     return web.Response(text=json.dumps(status, default=str), content_type="application/json")

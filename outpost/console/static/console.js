@@ -49,9 +49,12 @@ function sparkline(svg, series) {
 
 function overviewFigures() {
   if (!document.querySelector("[data-stat]")) return;
+  let polls = 0;
   const refresh = async () => {
     try {
-      const response = await fetch("/console/status.json", {cache: "no-store"});
+      // the history (the larger part) every 5th time: it grows one sample per interval
+      const query = polls++ % 5 === 0 ? "?history=1" : "";
+      const response = await fetch("/console/status.json" + query, {cache: "no-store"});
       if (response.ok) {
         const status = await response.json();
         for (const el of document.querySelectorAll("[data-stat]")) {
@@ -59,8 +62,8 @@ function overviewFigures() {
           for (const part of el.dataset.stat.split(".")) value = value === undefined ? undefined : value[part];
           if (value !== undefined) el.textContent = typeof value === "number" && !Number.isInteger(value) ? value.toFixed(1) : String(value);
         }
-        for (const svg of document.querySelectorAll("svg[data-series]")) {
-          sparkline(svg, (status.history || {})[svg.dataset.series] || []);
+        for (const svg of status.history ? document.querySelectorAll("svg[data-series]") : []) {
+          sparkline(svg, status.history[svg.dataset.series] || []);
         }
       }
     } finally {

@@ -59,13 +59,17 @@ def by_css(driver: Any, selector: str, timeout: float = 15.0) -> Any:
 
 def text_of(driver: Any, selector: str, expected: str, timeout: float = 15.0) -> str:
     """Wait until the element's text contains `expected`."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
     def found() -> str | None:
-        for element in driver.find_elements(By.CSS_SELECTOR, selector):
-            text = str(element.text)
-            if expected.lower() in text.lower():
-                return text
+        try:
+            for element in driver.find_elements(By.CSS_SELECTOR, selector):
+                text = str(element.text)
+                if expected.lower() in text.lower():
+                    return text
+        except StaleElementReferenceException:  # the page was replaced meanwhile: look again
+            pass
         return None
 
     return wait_for(found, timeout, message=f"{selector} never showed {expected!r}")
