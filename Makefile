@@ -11,6 +11,8 @@ DEBIAN_PACKAGES += stress-ng
 # systemd: systemd-analyze for the unit checks; libsystemd-dev + pkg-config: to build
 # systemd-python (the [systemd] extra); chromium: the status page test (headless).
 DEBIAN_PACKAGES += systemd libsystemd-dev pkg-config chromium
+# chromium-driver: the web console's browser tests drive chromium through selenium.
+DEBIAN_PACKAGES += chromium-driver
 STAMP := $(VENV)/.installed-stamp
 # npm projects that tests drive as real third-party peers, one folder each with its
 # package.json and package-lock.json; `make node-packages` runs `npm ci` in each (from the

@@ -30,11 +30,11 @@ from gateway.broker.engine.broker import Broker
 from gateway.broker.net.security_files import load_security
 from gateway.broker.net.server import Server
 from outpost import __version__
-from outpost.config import Config, command_local_topics
+from outpost.config import Config, StatusConfig, command_local_topics
 from outpost.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
 from outpost.reload import Reloader
 from outpost.remote_update import RemoteUpdateService
-from outpost.status import StatusProvider
+from outpost.status import StatusBoard, StatusProvider
 from outpost.update_command import Spool
 from storage.sqlite import SqliteStore
 from storage.sqlite.uplink_outbox import SqliteOutbox
@@ -113,6 +113,7 @@ async def serve(
     reload_config: Callable[[], Config] | None = None,
     stop_timeout: float = STOP_TIMEOUT,
     hard_exit: bool = False,
+    config_path: Path | None = None,
 ) -> None:
     """Run the broker until `stop` is set (or SIGINT/SIGTERM when `stop` is None).
 
@@ -145,7 +146,8 @@ async def serve(
     addresses = await server.start(list(config.listeners))
     bridge = None
     interop: list[Interop] = []
-    if config.bridge.devices or config.bridge.serial:
+    # With the console, the bridge runs even empty: the first device added must start live.
+    if config.bridge.devices or config.bridge.serial or config.console.enabled:
         bridge = Bridge(config.bridge, broker)
         interop = start_interop(config, bridge, broker, daemon.reloader, outbox,
                                 state_dir or config.storage.state_dir)
@@ -164,11 +166,16 @@ async def serve(
         reload_part = getattr(part, "reload", None)
         if callable(reload_part):  # reload(its new section) -> None: device maps, uplink rules
             daemon.reloader.register(name, _section_reloader(reload_part, name), sections=(name,))
+    console = config.console.enabled and start_console(
+        daemon, broker, bridge, config_path, state_dir or config.storage.state_dir)
     await daemon.start(server.bound)  # the store is open, every listener bound: READY=1
     for address in server.bound:  # "HOST:PORT" for tcp, "HOST:PORT (tls)", "unix:PATH"
         print(f"outpost: listening on {address}", flush=True)
     if daemon.board.status_url is not None:
         print(f"outpost: status on {daemon.board.status_url}", flush=True)
+        if console and daemon.http is not None:
+            log.info("console on %sconsole/", daemon.board.status_url)
+            print(f"outpost: console on {daemon.board.status_url}console/", flush=True)
     if on_ready is not None:
         on_ready(addresses)
     await stop_event.wait()
@@ -182,6 +189,30 @@ async def serve(
         if uplink is not None:
             await uplink.stop()
         await server.stop()
+
+
+def start_console(daemon: Daemon, broker: Broker, bridge: Bridge | None,
+                  config_path: Path | None, state_dir: Path | None) -> bool:
+    """Serve the console (with the status endpoint) on the `[status]` listener; the
+    configuration's versions are kept in the state directory (else beside the file)."""
+    # aiohttp and the console's pages: loaded only when the console is enabled (a few MiB).
+    from outpost.console.server import ConsoleParts, ConsoleServer  # noqa: PLC0415
+
+    if config_path is None:
+        log.warning("console: not started: it edits the configuration file, and outpost was "
+                    "started without --config")
+        return False
+    history = Path(state_dir) if state_dir is not None else config_path.resolve().parent
+    parts = ConsoleParts(daemon.board, broker, bridge, config_path, history,
+                         lambda: daemon.reloader.config, daemon.reload)
+
+    def endpoint(board: StatusBoard, status: StatusConfig) -> ConsoleServer:
+        console = ConsoleServer(parts)
+        daemon.reloader.register("console", console.reload, sections=("console",))
+        return console
+
+    daemon.endpoint = endpoint
+    return True
 
 
 class Interop(Protocol):
@@ -227,13 +258,15 @@ def run(
     config: Config,
     state_dir: Path | None = None,
     reload_config: Callable[[], Config] | None = None,
+    config_path: Path | None = None,
 ) -> int:
     """Blocking entry point used by `outpost run` (`reload_config`: what SIGHUP re-reads)."""
     setup_logging(logging.getLogger().level)  # journald under systemd, else stderr
     loop_name = install_event_loop_policy()
     log.info("starting outpost (%s event loop)", loop_name)
     try:
-        asyncio.run(serve(config, state_dir, reload_config=reload_config, hard_exit=True))
+        asyncio.run(serve(config, state_dir, reload_config=reload_config, hard_exit=True,
+                          config_path=config_path))
     except OSError as exc:
         print(f"outpost: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -247,7 +247,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             fresh = fresh.model_copy(update={"storage": storage})
         return fresh
 
-    return run(config, args.state_dir, reload_config if args.config is not None else None)
+    return run(config, args.state_dir, reload_config if args.config is not None else None,
+               config_path=args.config)
 
 
 def config_path(given: Path | None) -> Path | None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import stat
 import tomllib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from bridge.config import BridgeConfig
 from bridge.homeassistant.config import HomeAssistantConfig
@@ -28,8 +28,18 @@ from gateway.broker.contracts.passwords import PasswordFileError, parse_password
 from outpost.update_command import RemoteUpdateConfig
 from storage.config import StorageConfig
 
-__all__ = ["Config", "ConfigError", "StatusConfig", "load_config", "parse_config",
-           "secret_warnings"]
+__all__ = ["Config", "ConfigError", "ConsoleConfig", "StatusConfig", "load_config",
+           "parse_config", "secret_warnings"]
+
+
+def password_file(value: Path, info: ValidationInfo) -> Path:
+    """An existing password file in the broker's `$7$` format (relative to the config file)."""
+    path = existing_file(value, info)
+    try:
+        parse_password_text(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, PasswordFileError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return path
 
 
 class StatusConfig(Section):
@@ -65,13 +75,9 @@ class StatusConfig(Section):
     def _file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         if value is None:
             return None
-        path = existing_file(value, info)
         if info.field_name == "password_file":
-            try:
-                parse_password_text(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, PasswordFileError) as exc:
-                raise ValueError(f"{path}: {exc}") from None
-        return path
+            return password_file(value, info)
+        return existing_file(value, info)
 
     @field_validator("bind")
     @classmethod
@@ -98,11 +104,38 @@ class StatusConfig(Section):
         return parse_host_port(self.bind).port
 
 
+class ConsoleConfig(Section):
+    """The web console (outpost/console/), served on the `[status]` listener."""
+
+    enabled: bool = False
+    password_file: Path | None = Field(
+        default=None, description="console users (`outpost passwd`, the broker's format); "
+        "only those given a role in `users` can log in")
+    users: dict[str, Literal["admin", "viewer"]] = Field(
+        default_factory=dict, description="username -> role: admin changes the configuration, "
+        "viewer only looks")
+    session_minutes: Annotated[float, Field(gt=0, le=7 * 24 * 60)] = Field(
+        default=480, description="a login lasts this long, idle or not")
+
+    @field_validator("password_file")
+    @classmethod
+    def _users_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return None if value is None else password_file(value, info)
+
+    @model_validator(mode="after")
+    def _someone_logs_in(self) -> ConsoleConfig:
+        if self.enabled and (self.password_file is None or not self.users):
+            raise ValueError("enabled: the console needs password_file and at least one user "
+                             "in users (e.g. users = { admin = \"admin\" })")
+        return self
+
+
 class Config(BrokerConfig):
     """The whole outpost configuration file."""
 
     storage: StorageConfig = StorageConfig()
     status: StatusConfig = StatusConfig()
+    console: ConsoleConfig = ConsoleConfig()
     bridge: BridgeConfig = BridgeConfig()
     uplink: UplinkConfig = UplinkConfig()
     remote_update: RemoteUpdateConfig = RemoteUpdateConfig()

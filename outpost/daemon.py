@@ -45,10 +45,10 @@ from typing import Any
 
 from gateway.broker.contracts.hooks import BrokerHooks, HookChain
 from gateway.broker.engine.broker import Broker
-from outpost.config import Config
+from outpost.config import Config, StatusConfig
 from outpost.reload import Reloader, broker_reloader, hook_reloaders
 from outpost.status import StatusBoard, summary_line
-from outpost.status_http import StatusServer, StoreFiles
+from outpost.status_http import StatusEndpoint, StatusServer, StoreFiles
 
 log = logging.getLogger("outpost.daemon")
 
@@ -58,7 +58,7 @@ BACKSTOP_GRACE = 5.0
 # `extra=` attributes of a log record that become journal fields.
 JOURNAL_FIELDS = {
     "client_id": "CLIENT_ID", "device": "DEVICE", "topic": "TOPIC", "listener": "LISTENER",
-    "peer": "PEER",
+    "peer": "PEER", "console_user": "CONSOLE_USER", "console_action": "CONSOLE_ACTION",
 }
 _PRIORITY = {
     logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6,
@@ -276,7 +276,10 @@ class Daemon:
         if found is not None:
             self.board.add_provider("store", StoreFiles(found[0], found[1],
                                                         config.storage.durability))
-        self.http: StatusServer | None = None
+        self.http: StatusEndpoint | None = None
+        # What serves [status]: the status endpoint, or the console with it (outpost/app.py).
+        self.endpoint: Callable[[StatusBoard, StatusConfig], StatusEndpoint] = \
+            StatusServer.for_config
         self.status_address: tuple[str, int] | None = None
         self.watchdog_every = watchdog_interval()
         self.watchdog_pings = 0
@@ -306,7 +309,7 @@ class Daemon:
         if watch:
             board.watch_topics(self.config.bridge.prefix)
         if status.enabled:
-            server = StatusServer.for_config(board, status)
+            server = self.endpoint(board, status)
             host, port = status.host, status.port
             try:
                 self.status_address = await server.start(host, port)

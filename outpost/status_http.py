@@ -36,7 +36,7 @@ import ssl
 from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -259,6 +259,58 @@ def metrics_registry(board: StatusBoard) -> CollectorRegistry:
 # -- the HTTP server ---------------------------------------------------------------------------
 
 
+class StatusEndpoint(Protocol):
+    """What serves the `[status]` listener (this module's `StatusServer`, or the console)."""
+
+    tls: ssl.SSLContext | None
+
+    async def start(self, host: str, port: int) -> tuple[str, int]: ...
+
+    async def close(self) -> None: ...
+
+
+def tls_context(config: StatusConfig) -> ssl.SSLContext | None:
+    """The HTTPS context `[status]` asks for (tls_cert + tls_key), or None."""
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.minimum_version = ssl.TLSVersion.TLSv1_2
+    tls.load_cert_chain(config.tls_cert, config.tls_key)
+    return tls
+
+
+def status_users(config: StatusConfig) -> PasswordDB | None:
+    """The users of `[status] password_file` (HTTP Basic), or None when there is none."""
+    if config.password_file is None:
+        return None
+    text = config.password_file.read_text(encoding="utf-8")
+    return PasswordDB(parse_password_text(text), str(config.password_file))
+
+
+def basic_credentials(header: bytes) -> tuple[str, bytes] | None:
+    """(user, password) of an `Authorization: Basic ...` header value, or None."""
+    scheme, _, encoded = header.strip().partition(b" ")
+    if scheme.lower() != b"basic":
+        return None
+    try:
+        username, sep, password = base64.b64decode(encoded.strip(), validate=True).partition(
+            b":")
+        user = username.decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return (user, password) if sep else None
+
+
+async def check_password(users: PasswordDB, user: str, password: bytes) -> bool:
+    """The cached verdict, else the slow hash in a worker thread (then cached)."""
+    verdict = users.verdict(user, password)
+    if verdict is None:
+        loop = asyncio.get_running_loop()
+        verdict = await loop.run_in_executor(None, users.job(user, password))
+        users.remember(user, password, verdict)
+    return verdict
+
+
 class StatusServer:
     """`/`, `/status`, `/metrics` over asyncio streams."""
 
@@ -277,16 +329,7 @@ class StatusServer:
     @classmethod
     def for_config(cls, board: StatusBoard, config: StatusConfig) -> StatusServer:
         """The server `[status]` asks for (its files were checked when the config loaded)."""
-        users = None
-        if config.password_file is not None:
-            text = config.password_file.read_text(encoding="utf-8")
-            users = PasswordDB(parse_password_text(text), str(config.password_file))
-        tls = None
-        if config.tls_cert is not None and config.tls_key is not None:
-            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            tls.minimum_version = ssl.TLSVersion.TLSv1_2
-            tls.load_cert_chain(config.tls_cert, config.tls_key)
-        return cls(board, users, tls)
+        return cls(board, status_users(config), tls_context(config))
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         self.server = await asyncio.start_server(self._serve, host, port, limit=MAX_HEAD,
@@ -375,29 +418,12 @@ class StatusServer:
         """Does the request carry Basic credentials of a user in the password file?"""
         users = self.users
         assert users is not None
-        credentials = None
         for line in head.split(b"\r\n")[1:]:
             name, _, value = line.partition(b":")
             if name.strip().lower() == b"authorization":
-                scheme, _, encoded = value.strip().partition(b" ")
-                if scheme.lower() == b"basic":
-                    credentials = encoded.strip()
-        if credentials is None:
-            return False
-        try:
-            username, sep, password = base64.b64decode(credentials, validate=True).partition(
-                b":")
-            user = username.decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-        if not sep:
-            return False
-        verdict = users.verdict(user, password)
-        if verdict is None:
-            loop = asyncio.get_running_loop()
-            verdict = await loop.run_in_executor(None, users.job(user, password))
-            users.remember(user, password, verdict)
-        return verdict
+                found = basic_credentials(value)
+                return found is not None and await check_password(users, *found)
+        return False
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, code: int, content_type: str, body: bytes,

@@ -1,0 +1,97 @@
+"""Live point values for the console's pages, pushed from the broker (Server-Sent Events).
+
+How this works: one in-process link (`$outpost-console`) subscribes to the bridge's documented
+topics, `<prefix>/+/+` (point values and device statuses, docs/message-format.md); retained
+values arrive at once, so a page opened later starts with the latest value of every point.
+Each browser tab watching a device holds a bounded queue; a message for that device is put
+into it as one SSE event (`{"device", "point", "value", "unit", "quality"}` or
+`{"device", "status"}`). A tab that does not keep up loses the oldest events, never the
+gateway's memory. The SSE handler (outpost/console/server.py) drains the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from gateway.broker.core.message import Message
+from gateway.broker.engine.broker import Broker
+from gateway.broker.engine.links import Link
+
+CLIENT_ID = "$outpost-console"
+QUEUE_SIZE = 256
+MAX_WATCHERS = 32
+
+
+class LiveValues:
+    """The latest value of every point, and the tabs watching devices."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.latest: dict[str, dict[str, dict[str, Any]]] = {}  # device -> point -> event
+        # queue -> the device it follows (None: all)
+        self.watchers: dict[asyncio.Queue[str | None], str | None] = {}
+        self.link: Link | None = None
+
+    def attach(self, broker: Broker, clock: Callable[[], float]) -> None:
+        self.link = Link(broker, CLIENT_ID, clock, self.on_message)
+        self.link.subscribe(f"{self.prefix}/+/+", qos=0)
+
+    def close(self) -> None:
+        for queue in self.watchers:  # ends every event stream
+            _offer(queue, None)
+        if self.link is not None:
+            self.link.close()
+            self.link = None
+
+    def watch(self, device: str | None) -> asyncio.Queue[str | None] | None:
+        """A queue of the SSE events of `device` (None: every device), starting with the
+        latest values; None when too many tabs are watching."""
+        if len(self.watchers) >= MAX_WATCHERS:
+            return None
+        queue: asyncio.Queue[str | None] = asyncio.Queue(QUEUE_SIZE)
+        for name, points in self.latest.items():
+            if device is None or name == device:
+                for event in points.values():
+                    _offer(queue, json.dumps(event))
+        self.watchers[queue] = device
+        return queue
+
+    def unwatch(self, queue: asyncio.Queue[str | None]) -> None:
+        self.watchers.pop(queue, None)
+
+    def on_message(self, message: Message, qos: int, retain: bool) -> None:
+        parts = message.topic[len(self.prefix) + 1:].split("/")
+        if len(parts) != 2 or parts[1] == "diagnostics":
+            return
+        device, leaf = parts
+        event: dict[str, Any] = {"device": device}
+        if leaf == "status":
+            event["status"] = bytes(message.payload).decode("utf-8", "replace").strip()
+        else:
+            try:
+                data = json.loads(message.payload)
+            except (ValueError, UnicodeDecodeError):
+                return
+            if not isinstance(data, dict):
+                return
+            event.update(point=leaf, value=data.get("value"), unit=data.get("unit"),
+                         quality=data.get("quality"))
+        points = self.latest.setdefault(device, {})
+        points[leaf] = event
+        text = json.dumps(event)
+        for queue, wanted in self.watchers.items():
+            if wanted is None or wanted == device:
+                _offer(queue, text)
+
+    def forget(self, device: str) -> None:
+        """A removed device's values are not shown any more."""
+        self.latest.pop(device, None)
+
+
+def _offer(queue: asyncio.Queue[str | None], text: str | None) -> None:
+    if queue.full():
+        queue.get_nowait()  # the oldest goes: a slow tab must not hold the gateway's memory
+    queue.put_nowait(text)
