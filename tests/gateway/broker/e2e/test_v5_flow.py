@@ -18,7 +18,6 @@ import pytest
 
 from gateway.broker.codec import (
     MQTT_5,
-    Disconnect,
     PubAck,
     PubComp,
     Publish,
