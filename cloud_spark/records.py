@@ -11,6 +11,12 @@ its id. The id and metadata are looked up in this order:
 3. Neither: the message is landed as it came, with null id fields; ``silver`` quarantines it
    (``missing_id``).
 
+A **batched** message (no id user properties, a payload starting with the batch magic, see
+:mod:`cloud_spark.batch_format`) carries many rows, each with its own id:
+:func:`bronze_records` turns it into one bronze record per row, the same records the rows would
+have made sent one by one. A batch that does not decode raises
+:class:`~cloud_spark.batch_format.BatchError`; the lander quarantines it whole.
+
 Nothing is ever dropped or "repaired" here: an envelope with a wrong type or a bad base64
 payload is landed raw with null ids, so the original bytes stay available in quarantine.
 Payload bytes that are valid UTF-8 are stored as text (``payload_encoding = "utf8"``),
@@ -28,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cloud_spark import contract as c
+from cloud_spark.batch_format import MAX_BODY, decode_batch, is_batch
 
 BronzeRecord = dict[str, Any]
 
@@ -139,6 +146,42 @@ def bronze_record(
         "ingest_ms": ingest_ms,
         "lander_id": lander_id,
     }
+
+
+def bronze_records(
+    *,
+    remote_topic: str,
+    payload: bytes,
+    user_properties: Iterable[tuple[str, str]] | None,
+    ingest_ms: int,
+    lander_id: str,
+    max_body: int = MAX_BODY,
+) -> list[BronzeRecord]:
+    """The bronze records of one received message: one per row of a batch, else one.
+
+    Raises :class:`~cloud_spark.batch_format.BatchError` for a batch that does not decode.
+    """
+    props = list(user_properties or ())
+    if not is_batch(payload) or any(key in c.ID_FIELDS for key, _ in props):
+        return [bronze_record(remote_topic=remote_topic, payload=payload,
+                              user_properties=props, ingest_ms=ingest_ms, lander_id=lander_id)]
+    batch = decode_batch(payload, max_body)
+    records: list[BronzeRecord] = []
+    for row in batch.rows:
+        text, encoding = payload_text(row.payload)
+        records.append({
+            "gateway": batch.gateway,
+            "epoch": batch.epoch,
+            "seq": row.seq,
+            "local_topic": row.topic,
+            "received_ms": row.received_ms,
+            "remote_topic": batch.remote_topic(row.topic),
+            "payload": text,
+            "payload_encoding": encoding,
+            "ingest_ms": ingest_ms,
+            "lander_id": lander_id,
+        })
+    return records
 
 
 def encode_record(record: BronzeRecord) -> bytes:
