@@ -56,7 +56,7 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from cloud_spark.batch_format import BatchError
+from cloud_spark.batch_format import MAX_BODY, BatchError
 from cloud_spark.bronze_writer import BronzeWriter, Committed
 from cloud_spark.lander_quarantine import quarantine_message
 from cloud_spark.records import bronze_records, encode_record
@@ -84,6 +84,7 @@ class LanderConfig:
     roll_bytes: int = 8 * 1024 * 1024
     roll_seconds: float = 5.0
     receive_maximum: int = 1000
+    max_batch_body: int = MAX_BODY
     session_expiry_s: int = 7 * 24 * 3600
     keepalive_s: int = 30
     username: str | None = None
@@ -251,6 +252,7 @@ class Lander:
                     user_properties=user_props,
                     ingest_ms=ingest_ms,
                     lander_id=self.cfg.client_id,
+                    max_body=self.cfg.max_batch_body,
                 )
             except BatchError as exc:
                 await self._quarantine(message.topic.value, data, user_props, ingest_ms, exc,
