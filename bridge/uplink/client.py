@@ -471,17 +471,19 @@ class RemoteLink:
     async def _drain_batched(
         self, sender: _Sender, name: str, rule: ForwardRule, batch: BatchConfig, skip: set[int]
     ) -> bool:
-        """One round of a batched rule: retained rows alone, the others in batches; a last,
-        partial batch younger than `max_delay` waits (its rows are released, read again when
-        it is due). Returns whether anything was sent."""
+        """One round of a batched rule: retained rows alone if `retained_alone`, the others in
+        batches; a last, partial batch younger than `max_delay` waits (its rows are released,
+        read again when it is due). Returns whether anything was sent."""
         due = self.batch_due.get(name)
         if due is not None and due > self.clock():
             return False
         records = self.outbox.read(name, batch.max_count, rule.order == "newest-first", skip)
-        pending: list[list[OutboxRecord]] = [[r] for r in records if r.retain]
-        pending += plan([r for r in records if not r.retain], batch.max_count, batch.max_bytes)
+        alone = [r for r in records if r.retain and batch.retained_alone]
+        pending: list[list[OutboxRecord]] = [[r] for r in alone]
+        pending += plan([r for r in records if not (r.retain and batch.retained_alone)],
+                        batch.max_count, batch.max_bytes)
         hold = 0.0  # a batch that waited once goes when due, whatever the wall clock did
-        if due is None and pending and not pending[-1][0].retain:
+        if due is None and len(pending) > len(alone):
             hold = self._hold_time(pending[-1], batch)
         self.batch_due.pop(name, None)
         if hold > 0:
@@ -490,7 +492,7 @@ class RemoteLink:
         sent = 0
         try:
             for group in pending:
-                if group[0].retain:
+                if len(alone) > sent:
                     out = outgoing(group[0], rule.topic.apply(group[0].topic), self.gateway_id,
                                    self.outbox.epoch, self.remote.protocol, rule.envelope,
                                    rule.qos)

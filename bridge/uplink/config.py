@@ -247,6 +247,10 @@ class BatchConfig(_Section):
         default="zstd", description='"zstd" (zlib when the zstandard package is missing), '
         '"zlib" or "none"',
     )
+    retained_alone: bool = Field(
+        default=False, description="send retained messages one by one, retained on the remote "
+        "(false: in batches like the rest, and the remote keeps no retained copy)",
+    )
 
 
 class ForwardRule(_Section):
@@ -269,8 +273,7 @@ class ForwardRule(_Section):
     max_bytes: Annotated[int, Field(ge=1024)] = 512 << 20
     overflow: Literal["drop-oldest", "drop-newest"] = "drop-oldest"
     batch: BatchConfig | None = Field(
-        default=None, description="send many rows per PUBLISH (the lander unpacks them); "
-        "retained messages still go one by one",
+        default=None, description="send many rows per PUBLISH (the lander unpacks them)",
     )
 
 

@@ -61,24 +61,36 @@ def test_many_rows_per_publish_each_with_its_id(
         recorder.stop()
 
 
-def test_retained_messages_still_go_alone(
-    cloud: Mosquitto, broker_factory: Callable[..., BrokerProcess]
+@pytest.mark.parametrize("alone", [False, True])
+def test_retained_messages_are_batched_or_go_alone_and_retained(
+    cloud: Mosquitto, broker_factory: Callable[..., BrokerProcess], alone: bool
 ) -> None:
-    gateway = broker_factory(uplink_config(cloud.port, batch="{ max_delay = 0.2 }"))
+    batch = f"{{ max_delay = 0.2, retained_alone = {str(alone).lower()} }}"
+    gateway = broker_factory(uplink_config(cloud.port, batch=batch))
     recorder = Recorder(cloud.port, "site7/#").start()
     try:
+        publish_local(gateway.port, [("devices/m1/p", b"1")])
         client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
         client.connect("127.0.0.1", gateway.port)
         client.loop_start()
         client.publish("devices/m1/status", b"online", qos=1, retain=True).wait_for_publish(10)
-        client.publish("devices/m1/p", b"1", qos=1).wait_for_publish(10)
         client.loop_stop()
         client.disconnect()
-        wait_for(lambda: recorder.count() >= 2)
-        single = [m for m in recorder.messages if not is_batch(m.payload)]
-        assert [(m.topic, m.payload) for m in single] == [("site7/m1/status", b"online")]
-        late = Recorder(cloud.port, "site7/m1/status").start()  # the cloud kept it retained
-        wait_for(lambda: late.count() >= 1)
+        publish_local(gateway.port, [("devices/m1/p", b"2")])
+        wait_for(lambda: sum(len(decode_batch(m.payload).rows) if is_batch(m.payload) else 1
+                             for m in list(recorder.messages)) >= 3)
+        single = [(m.topic, m.payload) for m in recorder.messages if not is_batch(m.payload)]
+        assert single == ([("site7/m1/status", b"online")] if alone else [])
+        late = Recorder(cloud.port, "site7/#").start()  # gets what the cloud kept retained
+        if alone:
+            wait_for(lambda: late.count() >= 1)
+            assert [(m.topic, m.payload, m.retain) for m in late.messages] == [
+                ("site7/m1/status", b"online", True)
+            ]
+        else:
+            publish_local(gateway.port, [("devices/m1/p", b"3")])  # a marker after the check
+            wait_for(lambda: late.count() >= 1)
+            assert all(is_batch(m.payload) and not m.retain for m in late.messages)
         late.stop()
     finally:
         recorder.stop()
