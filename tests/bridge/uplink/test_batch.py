@@ -7,7 +7,9 @@ import zlib
 import pytest
 import zstandard
 
+from bridge.uplink import batch
 from bridge.uplink.batch import encode, plan, row_size, runs
+from cloud_spark import batch_format
 from cloud_spark.batch_format import decode_batch
 from gateway.base.outbox import OutboxRecord
 from tests.vectors import batch as v
@@ -54,10 +56,16 @@ def test_consecutive_seqs_become_runs() -> None:
 
 def test_plan_cuts_by_count_and_bytes_and_sorts_each_batch() -> None:
     rows = [record(seq) for seq in range(10, 0, -1)]  # newest first, as such a rule reads
-    assert [[r.seq for r in batch] for batch in plan(rows, 4, 1 << 20)] == [
+    assert [[r.seq for r in group] for group in plan(rows, 4, 1 << 20)] == [
         [7, 8, 9, 10], [3, 4, 5, 6], [1, 2]
     ]
     per_row = row_size(rows[0])
-    assert [len(batch) for batch in plan(rows, 100, 3 * per_row)] == [3, 3, 3, 1]
+    assert [len(group) for group in plan(rows, 100, 3 * per_row)] == [3, 3, 3, 1]
     big = record(99, payload=b"y" * 5000)
-    assert [len(batch) for batch in plan([rows[0], big, rows[1]], 100, 1024)] == [1, 1, 1]
+    assert [len(group) for group in plan([rows[0], big, rows[1]], 100, 1024)] == [1, 1, 1]
+
+
+def test_the_encoder_and_the_cloud_decoder_agree_on_the_constants() -> None:
+    assert (batch.MAGIC, batch.VERSION, batch.CODECS, batch.HEADER.format) == (
+        batch_format.MAGIC, batch_format.VERSION, batch_format.CODECS, batch_format.HEADER.format
+    )
