@@ -4,7 +4,7 @@ and 3.1.1 remotes, and a SIGKILL while a batch is being built loses nothing."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
@@ -12,17 +12,8 @@ import pytest
 
 from cloud_spark.batch_format import decode_batch, is_batch
 from tests.bridge.uplink.test_uplink_e2e import Recorder, publish_local, uplink_config, wait_for
-from tests.conftest import require
 from tests.support.broker_proc import BrokerProcess
-from tests.support.mosquitto import Mosquitto, start_mosquitto
-
-
-@pytest.fixture
-def cloud(tmp_path: Path) -> Iterator[Mosquitto]:
-    require("mosquitto")
-    config = ("max_queued_messages 0",)
-    with start_mosquitto(tmp_path / "cloud", persistence=True, extra_config=config) as broker:
-        yield broker
+from tests.support.mosquitto import Mosquitto
 
 
 def rows(messages: list[mqtt.MQTTMessage]) -> list[tuple[int, str, str, bytes]]:
