@@ -204,6 +204,8 @@ def _parse_body(body: bytes) -> Batch:
     reader = _Reader(body)
     gateway, epoch, strip, prefix = (reader.text() for _ in range(4))
     base_ms, run_count = reader.unpack(_RUN_HEAD)
+    if run_count == 0:
+        raise BatchError(MALFORMED, "a batch without rows")
     if run_count * _RUN.size > len(body) - reader.pos:
         raise BatchError(TRUNCATED, f"{run_count} runs do not fit in the body")
     seqs: list[int] = []

@@ -105,4 +105,5 @@ BAD: tuple[tuple[str, bytes, str, int], ...] = (
     ("runs out of order", header(0) + _swap_runs(BODY), "ids_out_of_order", 1 << 20),
     ("overlapping runs", header(0) + _overlap_runs(BODY), "ids_out_of_order", 1 << 20),
     ("trailing bytes", header(0, len(BODY) + 1) + BODY + b"!", "malformed", 1 << 20),
+    ("no rows", header(0, 41) + BODY[:37] + bytes(4), "malformed", 1 << 20),
 )
