@@ -431,10 +431,10 @@ class RemoteLink:
 
     async def _drain(self, client: _Client) -> None:
         remote = self.remote
-        sender = _Sender(
-            client, asyncio.Semaphore(remote.inflight), TokenBucket(remote.rate_messages,
-            self.clock()), TokenBucket(remote.rate_bytes, self.clock()), [],
-        )
+        now = self.clock()
+        sender = _Sender(client, asyncio.Semaphore(remote.inflight),
+                         TokenBucket(remote.rate_messages, now),
+                         TokenBucket(remote.rate_bytes, now), [])
         while True:
             if sender.failure:
                 raise sender.failure[0]
