@@ -6,9 +6,11 @@ import zlib
 
 import pytest
 import zstandard
+from pydantic import ValidationError
 
 from bridge.uplink import batch
 from bridge.uplink.batch import encode, plan, row_size, runs
+from bridge.uplink.config import UplinkConfig
 from cloud_spark import batch_format
 from cloud_spark.batch_format import decode_batch
 from gateway.base.outbox import OutboxRecord
@@ -69,3 +71,30 @@ def test_the_encoder_and_the_cloud_decoder_agree_on_the_constants() -> None:
     assert (batch.MAGIC, batch.VERSION, batch.CODECS, batch.HEADER.format) == (
         batch_format.MAGIC, batch_format.VERSION, batch_format.CODECS, batch_format.HEADER.format
     )
+
+
+def test_zstd_falls_back_to_zlib_without_the_zstandard_package(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(batch, "zstandard", None)
+    monkeypatch.setattr(batch, "_warned_zstd", False)
+    data = encode(v.GATEWAY, v.EPOCH, v.STRIP, v.PREFIX, GOLDEN_RECORDS, "zstd")
+    encode(v.GATEWAY, v.EPOCH, v.STRIP, v.PREFIX, GOLDEN_RECORDS, "zstd")
+    assert data[:10] == v.ZLIB_BATCH[:10]  # codec 01
+    assert zlib.decompress(data[10:]) == v.BODY
+    assert caplog.text.count("zstandard package is missing") == 1  # said once
+
+
+def test_bad_batch_settings_name_their_key() -> None:
+    with pytest.raises(ValidationError) as caught:
+        UplinkConfig.model_validate({
+            "remotes": [{"addresses": ["h:1883"]}],
+            "forward": [{"filter": "devices/#", "batch": {"max_delay": 0, "codec": "lz4"}}],
+        })
+    assert {error["loc"] for error in caught.value.errors()} == {
+        ("forward", 0, "batch", "max_delay"), ("forward", 0, "batch", "codec")
+    }
+    rule = UplinkConfig.model_validate({
+        "remotes": [{"addresses": ["h:1883"]}], "forward": [{"filter": "d/#", "batch": {}}],
+    }).forward[0]
+    assert rule.batch is not None and (rule.batch.max_count, rule.batch.max_delay) == (1000, 1.0)
