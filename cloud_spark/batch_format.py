@@ -203,6 +203,8 @@ class _Reader:
 def _parse_body(body: bytes) -> Batch:
     reader = _Reader(body)
     gateway, epoch, strip, prefix = (reader.text() for _ in range(4))
+    if not gateway or not epoch:
+        raise BatchError(MALFORMED, "an empty gateway or epoch")
     base_ms, run_count = reader.unpack(_RUN_HEAD)
     if run_count == 0:
         raise BatchError(MALFORMED, "a batch without rows")
@@ -216,10 +218,10 @@ def _parse_body(body: bytes) -> Batch:
             raise BatchError(MALFORMED, f"an empty run at seq {first}")
         if first < next_free:
             raise BatchError(OUT_OF_ORDER, f"a run starts at seq {first}, expected ≥ {next_free}")
+        if (len(seqs) + count) * _ROW_MIN > len(body):  # checked before making the list
+            raise BatchError(TRUNCATED, f"{len(seqs) + count}+ rows do not fit in the body")
         seqs.extend(range(first, first + count))
         next_free = first + count
-        if len(seqs) * _ROW_MIN > len(body):
-            raise BatchError(TRUNCATED, f"{len(seqs)}+ rows do not fit in the body")
     (topic_count,) = reader.unpack(_U16)
     topics = [reader.text() for _ in range(topic_count)]
     rows = len(seqs)

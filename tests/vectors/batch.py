@@ -106,4 +106,7 @@ BAD: tuple[tuple[str, bytes, str, int], ...] = (
     ("overlapping runs", header(0) + _overlap_runs(BODY), "ids_out_of_order", 1 << 20),
     ("trailing bytes", header(0, len(BODY) + 1) + BODY + b"!", "malformed", 1 << 20),
     ("no rows", header(0, 41) + BODY[:37] + bytes(4), "malformed", 1 << 20),
+    ("a run of 4 billion rows", header(0, 53) + BODY[:37] + bytes.fromhex(h(
+        "00 00 00 01  00 00 00 00 00 00 00 05  ff ff ff ff")), "truncated", 1 << 20),
+    ("no gateway", header(0, len(BODY) - 4) + bytes(2) + BODY[6:], "malformed", 1 << 20),
 )
