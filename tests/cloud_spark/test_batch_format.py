@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cloud_spark.batch_format import BatchError, decode_batch, is_batch
 from tests.vectors import batch as v
@@ -45,3 +47,19 @@ def test_is_batch_looks_at_the_magic_only() -> None:
     assert is_batch(v.NONE_BATCH)
     assert not is_batch(b'{"gateway": "gw-7"}')
     assert not is_batch(b"\x00OP")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(v.GOOD)), st.integers(0, 400), st.binary(min_size=1, max_size=4))
+def test_a_damaged_batch_decodes_or_raises_batch_error_only(
+    codec: str, offset: int, noise: bytes
+) -> None:
+    payload = bytearray(v.GOOD[codec])
+    at = offset % len(payload)
+    payload[at:at + len(noise)] = noise
+    try:
+        decoded = decode_batch(bytes(payload), max_body=1 << 20)
+    except BatchError:
+        return
+    seqs = [row.seq for row in decoded.rows]
+    assert seqs == sorted(set(seqs))  # whatever decodes names each id once, in order
