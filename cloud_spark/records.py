@@ -133,13 +133,20 @@ def bronze_record(
     if meta is None:
         meta = {"gateway": None, "epoch": None, "seq": None, "local_topic": None}
         meta["received_ms"] = None
+    return _record(meta["gateway"], meta["epoch"], meta["seq"], meta["local_topic"],
+                   meta["received_ms"], remote_topic, data, ingest_ms, lander_id)
+
+
+def _record(gateway: str | None, epoch: str | None, seq: int | None, local_topic: str | None,
+            received_ms: int | None, remote_topic: str, data: bytes, ingest_ms: int,
+            lander_id: str) -> BronzeRecord:
     text, encoding = payload_text(data)
     return {
-        "gateway": meta["gateway"],
-        "epoch": meta["epoch"],
-        "seq": meta["seq"],
-        "local_topic": meta["local_topic"],
-        "received_ms": meta["received_ms"],
+        "gateway": gateway,
+        "epoch": epoch,
+        "seq": seq,
+        "local_topic": local_topic,
+        "received_ms": received_ms,
         "remote_topic": remote_topic,
         "payload": text,
         "payload_encoding": encoding,
@@ -166,22 +173,11 @@ def bronze_records(
         return [bronze_record(remote_topic=remote_topic, payload=payload,
                               user_properties=props, ingest_ms=ingest_ms, lander_id=lander_id)]
     batch = decode_batch(payload, max_body)
-    records: list[BronzeRecord] = []
-    for row in batch.rows:
-        text, encoding = payload_text(row.payload)
-        records.append({
-            "gateway": batch.gateway,
-            "epoch": batch.epoch,
-            "seq": row.seq,
-            "local_topic": row.topic,
-            "received_ms": row.received_ms,
-            "remote_topic": batch.remote_topic(row.topic),
-            "payload": text,
-            "payload_encoding": encoding,
-            "ingest_ms": ingest_ms,
-            "lander_id": lander_id,
-        })
-    return records
+    return [
+        _record(batch.gateway, batch.epoch, row.seq, row.topic, row.received_ms,
+                batch.remote_topic(row.topic), row.payload, ingest_ms, lander_id)
+        for row in batch.rows
+    ]
 
 
 def encode_record(record: BronzeRecord) -> bytes:
