@@ -60,8 +60,8 @@ class Meter:
     def registers(self, t: float) -> dict[int, list[int]]:
         out = {}
         for index, (name, address, unit) in enumerate(self.points):
-            typical = TYPICAL.get(unit, 1.0) * (math.sqrt(3) if "_l" in name and
-                                                name.count("_l") == 2 else 1.0)
+            line_to_line = name.count("_l") == 2  # voltage_l1_l2
+            typical = TYPICAL.get(unit, 1.0) * (math.sqrt(3) if line_to_line else 1.0)
             if unit in ("kWh", "kvarh"):
                 value = typical + self.unit * 100 + t * 0.0008 * (index + 1)
             else:
