@@ -38,6 +38,7 @@ class CountingProxies:
         self.thread = threading.Thread(target=self.loop.run_forever, name="tcp-count",
                                        daemon=True)
         self.thread.start()
+        self.proxies: list[Counted] = []
 
     def open(self, target_port: int) -> Counted:
         """A new proxy to `HOST:target_port`; returns it with its listening port set."""
@@ -71,9 +72,21 @@ class CountingProxies:
 
         counted._server = await asyncio.start_server(handle, HOST, 0)
         counted.port = counted._server.sockets[0].getsockname()[1]
+        self.proxies.append(counted)
         return counted
 
     def close(self) -> None:
-        """Stop the loop (open connections are dropped with the process)."""
+        """Close every proxy and its connections, then stop the loop."""
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        self.loop.close()
+
+    async def _shutdown(self) -> None:
+        for counted in self.proxies:
+            if counted._server is not None:
+                counted._server.close()
+        tasks = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
