@@ -19,6 +19,7 @@ single is taken per protocol in the same run; the goal is ≤ 1/8 (exit status 1
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import random
 import shutil
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after every gateway forwarded its first point")
     parser.add_argument("--meters", type=int, default=3, help="SDM630 meters on the site")
     args = parser.parse_args(argv)
+    logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # its frame dumps are not ours
     work = Path(tempfile.mkdtemp(prefix="outpost-wire-bytes-"))
     meters = [load_meter(unit) for unit in range(1, args.meters + 1)]
     sim = Simulator(units=range(1, args.meters + 1), size=400)
