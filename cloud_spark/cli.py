@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cloud_spark import contract as c
+from cloud_spark.batch_format import MAX_BODY
 from cloud_spark.jobs import JOBS
 
 log = logging.getLogger("cloud_spark")
@@ -83,6 +84,10 @@ def _add_land(sub: Any) -> None:
         "--receive-maximum", type=_positive_int, default=1000,
         help="MQTT 5 Receive Maximum: unacked messages in flight; a file is committed "
         "when it holds this many",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-batch-bytes", type=_positive_int, default=MAX_BODY,
+        help="a batched message whose body declares or inflates to more is quarantined",
     )  # fmt: skip
     p.add_argument("--session-expiry", type=int, default=7 * 24 * 3600, help="seconds")
     p.add_argument("--keepalive", type=int, default=30, help="seconds")
@@ -292,6 +297,7 @@ def _land(args: argparse.Namespace) -> int:
         roll_bytes=args.roll_bytes,
         roll_seconds=args.roll_seconds,
         receive_maximum=args.receive_maximum,
+        max_batch_body=args.max_batch_bytes,
         session_expiry_s=args.session_expiry,
         keepalive_s=args.keepalive,
         username=args.username,

@@ -30,6 +30,11 @@ How this works:
   but its messages are *not* acked: packet ids belong to the dead connection and the broker
   redelivers them. Each connection gets a fresh aiomqtt client, so no stale message ever
   reaches the new connection. Reconnects back off exponentially.
+* **Batched messages** (many outbox rows per PUBLISH, :mod:`cloud_spark.batch_format`) become
+  one bronze record per row, all in the same file; the message is acked with the file. A
+  batch that does not decode is written whole, with its reason, under ``<root>/quarantine/``
+  (:mod:`cloud_spark.lander_quarantine`), and acked once that file and the records that
+  arrived before it are committed.
 * SIGTERM / SIGINT: commit the open file, ack it, disconnect cleanly (the session stays),
   exit 0. SIGKILL loses nothing either: uncommitted messages were never acked.
 """
@@ -51,13 +56,16 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from cloud_spark.batch_format import MAX_BODY, BatchError
 from cloud_spark.bronze_writer import BronzeWriter, Committed
-from cloud_spark.records import bronze_record, encode_record
+from cloud_spark.lander_quarantine import quarantine_message
+from cloud_spark.records import bronze_records, encode_record
 
 log = logging.getLogger("cloud_spark.lander")
 
-#: an ack token: (connection number, MQTT packet id, QoS)
-Token = tuple[int, int, int]
+#: an ack token: (connection number, MQTT packet id, QoS); None for all but the last record
+#: of a batch
+Token = tuple[int, int, int] | None
 
 #: quiet time after which a full window of pending messages counts as a stall on our acks
 STALL_S = 0.05
@@ -76,6 +84,7 @@ class LanderConfig:
     roll_bytes: int = 8 * 1024 * 1024
     roll_seconds: float = 5.0
     receive_maximum: int = 1000
+    max_batch_body: int = MAX_BODY
     session_expiry_s: int = 7 * 24 * 3600
     keepalive_s: int = 30
     username: str | None = None
@@ -167,6 +176,7 @@ class Lander:
         self.stop = asyncio.Event()
         self.connection = 0
         self.landed = 0
+        self.quarantined = 0
         self._lock = asyncio.Lock()
         self._client: aiomqtt.Client | None = None
         #: pending messages at which the broker may stop sending (see the module docstring)
@@ -233,17 +243,27 @@ class Lander:
             props = message.properties
             user_props = getattr(props, "UserProperty", None) if props is not None else None
             payload = message.payload
-            record = bronze_record(
-                remote_topic=message.topic.value,
-                payload=payload if isinstance(payload, bytes) else str(payload).encode(),
-                user_properties=user_props,
-                ingest_ms=ingest_ms,
-                lander_id=self.cfg.client_id,
-            )
+            data = payload if isinstance(payload, bytes) else str(payload).encode()
+            token = (connection, message.mid, message.qos)
+            try:
+                records = bronze_records(
+                    remote_topic=message.topic.value,
+                    payload=data,
+                    user_properties=user_props,
+                    ingest_ms=ingest_ms,
+                    lander_id=self.cfg.client_id,
+                    max_body=self.cfg.max_batch_body,
+                )
+            except BatchError as exc:
+                await self._quarantine(message.topic.value, data, user_props, ingest_ms, exc,
+                                       token)
+                continue
             async with self._lock:
-                token = (connection, message.mid, message.qos)
-                for committed in self.writer.append(encode_record(record), ingest_ms, token):
-                    self._acknowledge(committed)
+                # a batch's records share its message: only the last one carries the ack
+                tokens = [None] * (len(records) - 1) + [token]
+                for record, each in zip(records, tokens, strict=True):
+                    for committed in self.writer.append(encode_record(record), ingest_ms, each):
+                        self._acknowledge(committed)
                 self._received += 1
                 log.debug("received %s (%d pending)", message.topic.value, self.writer.pending)
                 if self.writer.due() or self.writer.pending >= self.cfg.receive_maximum:
@@ -298,11 +318,37 @@ class Lander:
         acked = 0
         if client is not None:
             paho = _paho(client)
-            for connection, mid, qos in committed.tokens:
-                if connection == self.connection and qos > 0:
-                    paho.ack(mid, qos)
-                    acked += 1
+            for token in committed.tokens:
+                acked += self._ack(paho, token)
         log.info("committed %s (%d records, %d acked)", committed.path, committed.records, acked)
+
+    def _ack(self, paho: Any, token: Token) -> int:
+        """PUBACK one message if it came on the live connection; returns 1 if acked."""
+        if token is None:
+            return 0
+        connection, mid, qos = token
+        if connection != self.connection or qos == 0:
+            return 0
+        paho.ack(mid, qos)
+        return 1
+
+    async def _quarantine(
+        self, topic: str, payload: bytes, user_props: Any, ingest_ms: int, error: BatchError,
+        token: Token,
+    ) -> None:
+        """Keep a message that does not decode (a bad batch) under ``quarantine/`` with its
+        reason, then acknowledge it after everything that arrived before it."""
+        async with self._lock:
+            self.quarantined += 1
+            path = await asyncio.to_thread(
+                quarantine_message, self.cfg.root, reason=error.reason, detail=error.detail,
+                remote_topic=topic, payload=payload, user_properties=list(user_props or ()),
+                ingest_ms=ingest_ms, lander_id=self.cfg.client_id, serial=self.quarantined,
+            )
+            log.warning("quarantined a message on %s (%s) as %s", topic, error, path)
+            await self._commit_locked(ack=True)  # PUBACKs stay in arrival order
+            if self._client is not None:
+                self._ack(_paho(self._client), token)
 
 
 async def run_lander(cfg: LanderConfig) -> int:

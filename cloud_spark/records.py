@@ -11,6 +11,12 @@ its id. The id and metadata are looked up in this order:
 3. Neither: the message is landed as it came, with null id fields; ``silver`` quarantines it
    (``missing_id``).
 
+A **batched** message (no id user properties, a payload starting with the batch magic, see
+:mod:`cloud_spark.batch_format`) carries many rows, each with its own id:
+:func:`bronze_records` turns it into one bronze record per row, the same records the rows would
+have made sent one by one. A batch that does not decode raises
+:class:`~cloud_spark.batch_format.BatchError`; the lander quarantines it whole.
+
 Nothing is ever dropped or "repaired" here: an envelope with a wrong type or a bad base64
 payload is landed raw with null ids, so the original bytes stay available in quarantine.
 Payload bytes that are valid UTF-8 are stored as text (``payload_encoding = "utf8"``),
@@ -28,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cloud_spark import contract as c
+from cloud_spark.batch_format import MAX_BODY, decode_batch, is_batch
 
 BronzeRecord = dict[str, Any]
 
@@ -126,19 +133,51 @@ def bronze_record(
     if meta is None:
         meta = {"gateway": None, "epoch": None, "seq": None, "local_topic": None}
         meta["received_ms"] = None
+    return _record(meta["gateway"], meta["epoch"], meta["seq"], meta["local_topic"],
+                   meta["received_ms"], remote_topic, data, ingest_ms, lander_id)
+
+
+def _record(gateway: str | None, epoch: str | None, seq: int | None, local_topic: str | None,
+            received_ms: int | None, remote_topic: str, data: bytes, ingest_ms: int,
+            lander_id: str) -> BronzeRecord:
     text, encoding = payload_text(data)
     return {
-        "gateway": meta["gateway"],
-        "epoch": meta["epoch"],
-        "seq": meta["seq"],
-        "local_topic": meta["local_topic"],
-        "received_ms": meta["received_ms"],
+        "gateway": gateway,
+        "epoch": epoch,
+        "seq": seq,
+        "local_topic": local_topic,
+        "received_ms": received_ms,
         "remote_topic": remote_topic,
         "payload": text,
         "payload_encoding": encoding,
         "ingest_ms": ingest_ms,
         "lander_id": lander_id,
     }
+
+
+def bronze_records(
+    *,
+    remote_topic: str,
+    payload: bytes,
+    user_properties: Iterable[tuple[str, str]] | None,
+    ingest_ms: int,
+    lander_id: str,
+    max_body: int = MAX_BODY,
+) -> list[BronzeRecord]:
+    """The bronze records of one received message: one per row of a batch, else one.
+
+    Raises :class:`~cloud_spark.batch_format.BatchError` for a batch that does not decode.
+    """
+    props = list(user_properties or ())
+    if not is_batch(payload) or any(key in c.ID_FIELDS for key, _ in props):
+        return [bronze_record(remote_topic=remote_topic, payload=payload,
+                              user_properties=props, ingest_ms=ingest_ms, lander_id=lander_id)]
+    batch = decode_batch(payload, max_body)
+    return [
+        _record(batch.gateway, batch.epoch, row.seq, row.topic, row.received_ms,
+                batch.remote_topic(row.topic), row.payload, ingest_ms, lander_id)
+        for row in batch.rows
+    ]
 
 
 def encode_record(record: BronzeRecord) -> bytes:

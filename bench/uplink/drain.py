@@ -1,12 +1,15 @@
 """Uplink benchmark: a backlog built during an outage drains to a local mosquitto.
 
-Run: `.venv/bin/python -m bench.uplink.drain --messages 1000000 [--durability full]`
+Run: `.venv/bin/python -m bench.uplink.drain --messages 1000000 [--durability full] [--batch]`
 
 1. outpost starts (pinned to CPU 0) with an uplink to a mosquitto port where nothing listens yet;
 2. a raw publisher sends N QoS 1 messages (64-byte payloads, 64 in flight): local publish rate
    with the uplink storing every message (run once with `--no-uplink` for the baseline);
 3. mosquitto starts with a raw subscriber on the remote topics; the time until all N arrived
    gives the drain rate; outpost's RSS is sampled every 0.5 s during the drain.
+
+With `--batch` the forward rule sends batches (`batch = {}`: the defaults), and the subscriber
+counts the rows inside them.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from bench import wire
 from bench.compare import HOST, free_port
 from bench.procstat import rss_kib
+from cloud_spark.batch_format import decode_batch, is_batch
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,9 +93,11 @@ def count_remote(port: int, count: int, timeout: float) -> tuple[float, int]:
             break
         buffer += data
         end = 0
-        for first, _body, packet_end in wire.iter_packets(buffer):
+        for first, body, packet_end in wire.iter_packets(buffer):
             if first >> 4 == wire.PUBLISH:
-                received += 1
+                payload = bytes(buffer[body + 2 + len(wire.publish_topic(buffer, body)):
+                                       packet_end])
+                received += len(decode_batch(payload).rows) if is_batch(payload) else 1
             end = packet_end
         del buffer[:end]
     elapsed = time.perf_counter() - start
@@ -104,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--durability", choices=["full", "normal", "memory"], default="full")
     parser.add_argument("--no-uplink", action="store_true", help="baseline publish rate")
+    parser.add_argument("--batch", action="store_true", help="a batched forward rule")
+    parser.add_argument("--inflight", type=int, default=64, help="PUBLISHes awaiting PUBACK")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="outpost-uplink-bench-"))
@@ -113,10 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         f'gateway_id = "bench"\n[storage]\ndurability = "{args.durability}"\n'
         "[limits]\nmax_queued_messages = 10000000\n"
         f"[uplink]\nenabled = {'false' if args.no_uplink else 'true'}\n"
-        f'[[uplink.remotes]]\naddresses = ["{HOST}:{cloud_port}"]\ninflight = 64\n'
+        f'[[uplink.remotes]]\naddresses = ["{HOST}:{cloud_port}"]\ninflight = {args.inflight}\n'
         "backoff_initial = 0.2\nbackoff_max = 0.5\n"
         '[[uplink.forward]]\nfilter = "devices/#"\ntopic = { strip = "devices/", '
         'prefix = "site/" }\nmax_messages = 10000000\nmax_bytes = 4000000000\n'
+        + ("batch = {}\n" if args.batch else "")
     )
     taskset = ["taskset", "-c", "0"] if shutil.which("taskset") else []
     os.sched_setaffinity(0, {1} if os.cpu_count() and os.cpu_count() > 1 else {0})  # type: ignore[operator]
@@ -128,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     mosquitto = None
     result: dict[str, object] = {"messages": args.messages, "durability": args.durability,
-                                 "uplink": not args.no_uplink}
+                                 "uplink": not args.no_uplink, "batch": args.batch}
     try:
         wait_port(local_port)
         rss_before = rss_kib(outpost.pid)

@@ -50,8 +50,10 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 
+from bridge.uplink.batch import encode, plan
 from bridge.uplink.config import (
     STATUS_LOCAL_TOPIC,
+    BatchConfig,
     ForwardRule,
     RemoteConfig,
     TlsConfig,
@@ -164,6 +166,25 @@ class _PackedProperties:
         return self.packed
 
 
+@dataclass(frozen=True, slots=True)
+class _Sender:
+    """What every publish of one drain shares: the connection, the in-flight window, the
+    rate limiters and the first failure a PUBACK callback saw."""
+
+    client: _Client
+    window: asyncio.Semaphore
+    per_message: TokenBucket
+    per_byte: TokenBucket
+    failure: list[BaseException]
+
+
+def _seq_span(seqs: list[int]) -> str:
+    """`7` or `7..42 (30 rows)` for a log line."""
+    if len(seqs) == 1:
+        return str(seqs[0])
+    return f"{min(seqs)}..{max(seqs)} ({len(seqs)} rows)"
+
+
 @dataclass(slots=True)
 class LinkStatus:
     """What `outpost status` and `$SYS/outpost/uplink` show about one remote."""
@@ -233,6 +254,7 @@ class RemoteLink:
         self.backoff = Backoff(remote.backoff_initial, remote.backoff_max)
         self.inflight: set[int] = set()
         self.deferred: dict[int, float] = {}  # refused records: seq -> retry time
+        self.batch_due: dict[str, float] = {}  # batched rule -> when its partial batch is due
         self.status_retained: dict[str, bytes] = {}  # subtopic -> latest payload
         self.status_queue: deque[tuple[str, bytes, bool]] = deque(maxlen=STATUS_EVENTS)
         self.status_waiting = asyncio.Event()
@@ -409,44 +431,31 @@ class RemoteLink:
 
     async def _drain(self, client: _Client) -> None:
         remote = self.remote
-        window = asyncio.Semaphore(remote.inflight)
         now = self.clock()
-        per_message = TokenBucket(remote.rate_messages, now)
-        per_byte = TokenBucket(remote.rate_bytes, now)
-        failure: list[BaseException] = []
+        sender = _Sender(client, asyncio.Semaphore(remote.inflight),
+                         TokenBucket(remote.rate_messages, now),
+                         TokenBucket(remote.rate_bytes, now), [])
         while True:
-            if failure:
-                raise failure[0]
+            if sender.failure:
+                raise sender.failure[0]
             if client.overdue(PUBACK_TIMEOUT):
                 raise TimeoutError(f"no PUBACK within {PUBACK_TIMEOUT:.0f} s")
             sent_any = False
             skip = self._skip_set()
             for name, rule in self.rules():
+                if rule.batch is not None:
+                    sent_any |= await self._drain_batched(sender, name, rule, rule.batch, skip)
+                    continue
                 records = self.outbox.read(name, remote.batch, rule.order == "newest-first", skip)
                 sent = 0
                 try:
                     for record in records:
-                        await self._pace(per_message, per_byte, len(record.payload))
-                        await window.acquire()
-                        if failure:
-                            window.release()
-                            raise failure[0]
                         out = outgoing(
                             record, rule.topic.apply(record.topic), self.gateway_id,
                             self.outbox.epoch, remote.protocol, rule.envelope, rule.qos,
                         )
-                        try:
-                            future = client.publish_start(out)
-                        except Exception:
-                            window.release()
-                            raise
+                        await self._send(sender, [record], out, len(record.payload), skip)
                         sent += 1
-                        self.inflight.add(record.seq)
-                        skip.add(record.seq)
-                        self.status.sent += 1
-                        future.add_done_callback(
-                            functools.partial(self._settled, record, out, window, failure)
-                        )
                         sent_any = True
                 finally:
                     if sent < len(records):  # the session ended first: never sent
@@ -459,57 +468,134 @@ class RemoteLink:
                     async with asyncio.timeout(IDLE_POLL):
                         await self.wake.wait()
 
+    async def _drain_batched(
+        self, sender: _Sender, name: str, rule: ForwardRule, batch: BatchConfig, skip: set[int]
+    ) -> bool:
+        """One round of a batched rule: retained rows alone if `retained_alone`, the others in
+        batches; a last, partial batch younger than `max_delay` waits (its rows are released,
+        read again when it is due). Returns whether anything was sent."""
+        due = self.batch_due.get(name)
+        if due is not None and due > self.clock():
+            return False
+        records = self.outbox.read(name, batch.max_count, rule.order == "newest-first", skip)
+        alone = [r for r in records if r.retain and batch.retained_alone]
+        pending: list[list[OutboxRecord]] = [[r] for r in alone]
+        pending += plan([r for r in records if not (r.retain and batch.retained_alone)],
+                        batch.max_count, batch.max_bytes)
+        hold = 0.0  # a batch that waited once goes when due, whatever the wall clock did
+        if due is None and len(pending) > len(alone):
+            hold = self._hold_time(pending[-1], batch)
+        self.batch_due.pop(name, None)
+        if hold > 0:
+            self.outbox.release(r.seq for r in pending.pop())
+            self.batch_due[name] = self.clock() + hold
+        sent = 0
+        try:
+            for group in pending:
+                if len(alone) > sent:
+                    out = outgoing(group[0], rule.topic.apply(group[0].topic), self.gateway_id,
+                                   self.outbox.epoch, self.remote.protocol, rule.envelope,
+                                   rule.qos)
+                else:
+                    payload = encode(self.gateway_id, self.outbox.epoch, rule.topic.strip,
+                                     rule.topic.prefix, group, batch.compression)
+                    out = Outgoing(rule.topic.apply(group[0].topic), payload, rule.qos, False)
+                await self._send(sender, group, out, len(out.payload), skip)
+                sent += 1
+        finally:
+            if sent < len(pending):  # the session ended first: never sent
+                self.outbox.release(r.seq for group in pending[sent:] for r in group)
+        return sent > 0
+
+    def _hold_time(self, group: list[OutboxRecord], batch: BatchConfig) -> float:
+        """Seconds a partial batch may still wait for more rows (0: send it now): until its
+        oldest row has waited `max_delay`, never more than `max_delay` from now."""
+        if len(group) >= batch.max_count:
+            return 0.0
+        oldest_ms = min(r.received_ms for r in group)
+        wait = oldest_ms / 1000 + batch.max_delay - time.time()
+        return min(max(wait, 0.0), batch.max_delay)
+
+    async def _send(
+        self, sender: _Sender, records: list[OutboxRecord], out: Outgoing, size: int,
+        skip: set[int],
+    ) -> None:
+        """Pace, wait for a window slot, publish `out` carrying `records`; the PUBACK settles
+        them all (`_settled`). Raises when the session failed or the publish could not start."""
+        await self._pace(sender.per_message, sender.per_byte, len(records), size)
+        await sender.window.acquire()
+        if sender.failure:
+            sender.window.release()
+            raise sender.failure[0]
+        try:
+            future = sender.client.publish_start(out)
+        except Exception:
+            sender.window.release()
+            raise
+        for record in records:
+            self.inflight.add(record.seq)
+            skip.add(record.seq)
+        self.status.sent += len(records)
+        future.add_done_callback(
+            functools.partial(self._settled, records, out, sender.window, sender.failure)
+        )
+
     def _skip_set(self) -> set[int]:
         now = self.clock()
         for seq in [s for s, until in self.deferred.items() if until <= now]:
             del self.deferred[seq]
         return self.inflight | self.deferred.keys()
 
-    async def _pace(self, per_message: TokenBucket, per_byte: TokenBucket, size: int) -> None:
+    async def _pace(
+        self, per_message: TokenBucket, per_byte: TokenBucket, messages: int, size: int
+    ) -> None:
         while True:
             now = self.clock()
-            delay = max(per_message.wait_time(1, now), per_byte.wait_time(size, now))
+            delay = max(per_message.wait_time(messages, now), per_byte.wait_time(size, now))
             if delay <= 0:
-                per_message.spend(1, now)
+                per_message.spend(messages, now)
                 per_byte.spend(size, now)
                 return
             await asyncio.sleep(delay)
 
     def _settled(
         self,
-        record: OutboxRecord,
+        records: list[OutboxRecord],
         out: Outgoing,
         window: asyncio.Semaphore,
         failure: list[BaseException],
         future: asyncio.Future[int],
     ) -> None:
-        """A PUBACK arrived (or the session ended): delete, keep for retry, or fail."""
+        """A PUBACK arrived (or the session ended): delete, keep for retry, or fail. A batch's
+        rows share its fate: all deleted, or all kept."""
         window.release()
-        self.inflight.discard(record.seq)
+        seqs = [record.seq for record in records]
+        self.inflight.difference_update(seqs)
         if future.cancelled():
-            self.outbox.release([record.seq])
+            self.outbox.release(seqs)
             return
         error = future.exception()
         if error is not None:
-            self.outbox.release([record.seq])
+            self.outbox.release(seqs)
             failure.append(error)
             return
         code = future.result()
         if code:
-            self.outbox.release([record.seq])
-            self.status.refused += 1
-            self.deferred[record.seq] = self.clock() + REFUSED_RETRY
+            self.outbox.release(seqs)
+            self.status.refused += len(seqs)
+            retry = self.clock() + REFUSED_RETRY
+            self.deferred.update((seq, retry) for seq in seqs)
             log.warning(
-                "uplink %s: remote refused seq %d on %s with 0x%02X; kept for retry",
-                self.remote.name, record.seq, out.topic, code,
+                "uplink %s: remote refused seq %s on %s with 0x%02X; kept for retry",
+                self.remote.name, _seq_span(seqs), out.topic, code,
             )
         else:
-            self.outbox.delete([record.seq])
-            self._acked()
+            self.outbox.delete(seqs)
+            self._acked(len(seqs))
 
-    def _acked(self) -> None:
-        self.status.acked += 1
-        self._rate_count += 1
+    def _acked(self, count: int) -> None:
+        self.status.acked += count
+        self._rate_count += count
         now = self.clock()
         elapsed = now - self._rate_since
         if elapsed >= 1.0:

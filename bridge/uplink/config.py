@@ -230,6 +230,29 @@ class RemoteConfig(_Section):
         return value
 
 
+class BatchConfig(_Section):
+    """Many outbox rows in one PUBLISH (docs/message-format.md, "Batched messages")."""
+
+    max_count: Annotated[int, Field(ge=1, le=65535)] = Field(
+        default=1000, description="rows per batch at most"
+    )
+    max_bytes: Annotated[int, Field(ge=1024, le=16 << 20)] = Field(
+        default=65536, description="uncompressed body bytes per batch, about (a larger row "
+        "goes alone)",
+    )
+    max_delay: Annotated[float, Field(gt=0, le=60)] = Field(
+        default=1.0, description="seconds a row waits at most for others to share its batch"
+    )
+    compression: Literal["zstd", "zlib", "none"] = Field(
+        default="zstd", description='"zstd" (zlib when the zstandard package is missing), '
+        '"zlib" or "none"',
+    )
+    retained_alone: bool = Field(
+        default=False, description="send retained messages one by one, retained on the remote "
+        "(false: in batches like the rest, and the remote keeps no retained copy)",
+    )
+
+
 class ForwardRule(_Section):
     """Local messages matching `filter` go to `remote`, mapped by `topic`."""
 
@@ -249,6 +272,9 @@ class ForwardRule(_Section):
     max_messages: Annotated[int, Field(ge=1)] = 1_000_000
     max_bytes: Annotated[int, Field(ge=1024)] = 512 << 20
     overflow: Literal["drop-oldest", "drop-newest"] = "drop-oldest"
+    batch: BatchConfig | None = Field(
+        default=None, description="send many rows per PUBLISH (the lander unpacks them)",
+    )
 
 
 class InboundRule(_Section):

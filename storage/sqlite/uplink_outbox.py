@@ -163,14 +163,24 @@ class SqliteOutbox:
     ) -> list[OutboxRecord]:
         hidden = exclude | self._deleting
         order = "DESC" if newest_first else "ASC"
+        floor = self._floor.get(rule, 0)
+        # The seqs first, from the (rule, seq) index alone: rows in flight (thousands, when
+        # batches of a thousand rows are in flight) are skipped without reading their payloads.
+        wanted = [seq for (seq,) in self.store.reader.execute(
+            f"SELECT seq FROM outbox WHERE rule = ? AND seq > ? ORDER BY seq {order} LIMIT ?",
+            (rule, floor, limit + len(hidden)),
+        ) if seq not in hidden][:limit]
+        if not wanted:
+            return []
         rows = self.store.reader.execute(
-            f"SELECT {_COLUMNS} FROM outbox WHERE rule = ? AND seq > ? ORDER BY seq {order} "
-            "LIMIT ?",
-            (rule, self._floor.get(rule, 0), limit + len(hidden)),
+            f"SELECT {_COLUMNS} FROM outbox WHERE rule = ? AND seq BETWEEN ? AND ? "
+            f"ORDER BY seq {order}",
+            (rule, min(wanted), max(wanted)),
         ).fetchall()
+        chosen = set(wanted)
         out: list[OutboxRecord] = []
         for seq, topic, payload, qos, retain, blob, received_ms in rows:
-            if seq in hidden:
+            if seq not in chosen:
                 continue
             props, _ = decode_properties(blob, 0, len(blob), "PUBLISH") if blob else (
                 NO_PROPERTIES, 0

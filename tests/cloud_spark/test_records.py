@@ -8,14 +8,17 @@ import json
 import pytest
 
 from bench.cloud.tsbs_iot import bronze_line
+from cloud_spark.batch_format import BatchError
 from cloud_spark.records import (
     bronze_record,
+    bronze_records,
     encode_record,
     partition_dir,
     partition_of,
     payload_text,
     unwrap_envelope,
 )
+from tests.vectors import batch as batch_vectors
 
 PROPS = [
     ("gateway", "gw-1"),
@@ -163,3 +166,37 @@ def test_the_benchmark_generator_writes_exactly_what_the_lander_writes() -> None
         "gw-1", "e-1", 7, "devices/m1/p", 1717430400123, "outpost/gw-1/devices/m1/p", payload
     )
     assert line % 42 == expected
+
+
+def records_of(
+    payload: bytes, props: list[tuple[str, str]] | None = None
+) -> list[dict[str, object]]:
+    return bronze_records(remote_topic="site7/m1/p", payload=payload, user_properties=props,
+                          ingest_ms=5, lander_id="L")
+
+
+def test_a_batch_gives_the_records_its_rows_would_give_sent_alone() -> None:
+    got = records_of(batch_vectors.ZSTD_BATCH)
+    alone = [
+        bronze_record(
+            remote_topic=remote, payload=row.payload, ingest_ms=5, lander_id="L",
+            user_properties=[("gateway", batch_vectors.GATEWAY), ("epoch", batch_vectors.EPOCH),
+                             ("seq", str(row.seq)), ("topic", row.topic),
+                             ("received_ms", str(row.received_ms))],
+        )
+        for row, remote in zip(batch_vectors.ROWS, batch_vectors.REMOTE_TOPICS, strict=True)
+    ]
+    assert got == alone
+    assert [r["payload_encoding"] for r in got] == ["utf8", "base64", "utf8"]
+
+
+def test_a_single_message_is_one_record_and_id_properties_win_over_the_batch_magic() -> None:
+    assert records_of(b"21.5", PROPS) == [record(b"21.5", PROPS) | {"remote_topic": "site7/m1/p"}]
+    looks_like_a_batch = records_of(batch_vectors.NONE_BATCH, PROPS)
+    assert len(looks_like_a_batch) == 1 and looks_like_a_batch[0]["seq"] == 7
+
+
+def test_a_bad_batch_raises_for_the_lander_to_quarantine() -> None:
+    with pytest.raises(BatchError) as caught:
+        records_of(batch_vectors.NONE_BATCH[:-1])
+    assert caught.value.reason == "truncated"

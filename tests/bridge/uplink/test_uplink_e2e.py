@@ -79,11 +79,14 @@ def publish_local(port: int, items: list[tuple[str, bytes]], qos: int = 1) -> No
 
 def uplink_config(
     cloud_port: int, protocol: int = 5, remote_extra: str = "", diagnostics: bool = False,
-    **rule: Any,
+    batch: str | None = None, **rule: Any,
 ) -> str:
     """A gateway forwarding `devices/#` as `site7/...`. Without `diagnostics`, the uplink's
-    built-in diagnostics rule is off, so the seq numbers are the test's messages only."""
+    built-in diagnostics rule is off, so the seq numbers are the test's messages only.
+    `batch`: the forward rule's batch settings as an inline TOML table ("{}": defaults)."""
     extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in rule.items())
+    if batch is not None:
+        extra += f"batch = {batch}\n"
     if not diagnostics:
         remote_extra += '\ndiagnostics_topic = ""'
 
