@@ -143,8 +143,8 @@ async def serve(
     addresses = await server.start(list(config.listeners))
     bridge = None
     interop: list[Interop] = []
-    if config.bridge.devices or config.bridge.serial:
-        bridge = Bridge(config.bridge, broker)
+    if config.bridge.device_configs():
+        bridge = Bridge(config.bridge, broker, state_dir=state_dir or config.storage.state_dir)
         interop = start_interop(config, bridge, broker, daemon.reloader, outbox)
         await bridge.start()
     elif config.sparkplug.enabled or config.homeassistant.enabled:
