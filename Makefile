@@ -16,6 +16,8 @@ STAMP := $(VENV)/.installed-stamp
 # package.json and package-lock.json; `make node-packages` runs `npm ci` in each (from the
 # registry, never a download of its own). Each feature adds its folder with a line of its own.
 NPM_DIRS :=
+# node-opcua: the third-party OPC UA server of the bridge's OPC UA tests (tests/bridge/opcua/).
+NPM_DIRS += tests/bridge/opcua/node_server
 
 .PHONY: demo test test-loaded lint typecheck unit soak bench system-packages node-packages clean
 
