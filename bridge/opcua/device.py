@@ -53,7 +53,9 @@ from bridge.point import BAD
 from bridge.report import Reporter, ReportPolicy
 
 log = logging.getLogger("outpost.bridge.opcua")
-# What a lost or refused connection raises (asyncua wraps most in UaError / OSError).
+# What a lost or refused connection raises (asyncua wraps most in UaError / OSError; a
+# connection torn down halfway may raise nearly anything from inside asyncua, which the
+# session loop treats as a lost connection too, with the traceback at debug level).
 CONNECTION_ERRORS = (OSError, TimeoutError, ConnectionError, ua.UaError, SecurityError,
                      UntrustedServerError, asyncio.IncompleteReadError)
 _QUEUE = 100_000  # buffered data changes between asyncua and the reporters
@@ -124,7 +126,9 @@ class OpcUaDevice:
         while True:
             try:
                 client = await open_client(self.config, self.pki)
-            except CONNECTION_ERRORS as exc:
+            except Exception as exc:
+                if not isinstance(exc, CONNECTION_ERRORS):
+                    log.debug("%s: connection failed", self.name, exc_info=True)
                 self._lost(_reason(exc), refused=isinstance(
                     exc, UntrustedServerError | SecurityError))
                 await asyncio.sleep(backoff)
@@ -134,7 +138,9 @@ class OpcUaDevice:
             self.session = session
             try:
                 await self._serve(session)
-            except CONNECTION_ERRORS as exc:
+            except Exception as exc:
+                if not isinstance(exc, CONNECTION_ERRORS):
+                    log.debug("%s: session failed", self.name, exc_info=True)
                 session.reason = _reason(exc)
             finally:
                 self.session = None
