@@ -1,7 +1,9 @@
-"""asyncua's own OPC UA server in a thread, for the security matrix of the OPC UA tests.
+"""asyncua's own OPC UA server as a process, for the security matrix of the OPC UA tests.
 
-`SecureServers` runs two servers on one event loop in a background thread (shared by a whole
-test module: RSA handshakes are slow, servers should not be made per test):
+`SecureServers` makes the certificates, then runs two servers in one process
+(`python -m tests.bridge.opcua.asyncua_server DIR PORT EXPIRED_PORT`; a process of its own
+so the handshakes of server and client use both cores; shared by a whole test module: RSA
+handshakes are slow, servers should not be made per test):
 - `endpoint`: every policy asyncua has (None, Basic256Sha256, Aes128_Sha256_RsaOaep,
   Aes256_Sha256_RsaPss, each Sign and SignAndEncrypt), anonymous, username/password
   (`operator` / `secret`) and X.509 user identities (the certificate `user_cert`);
@@ -13,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import os
 import socket
-import threading
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +94,7 @@ class Users:
 
 
 class SecureServers:
-    """Two asyncua servers (valid and expired certificate) on a loop in a thread."""
+    """Two asyncua servers (valid and expired certificate) in a process of their own."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -102,41 +106,49 @@ class SecureServers:
         self.port, self.expired_port = free_port(), free_port()
         self.endpoint = f"opc.tcp://127.0.0.1:{self.port}/test"
         self.expired_endpoint = f"opc.tcp://127.0.0.1:{self.expired_port}/test"
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.servers: list[Server] = []
+        self.process: subprocess.Popen[str] | None = None
 
     def start(self) -> SecureServers:
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(60)
+        root = Path(__file__).resolve().parents[3]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.bridge.opcua.asyncua_server", str(self.directory),
+             str(self.port), str(self.expired_port)],
+            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line.startswith("READY"), f"asyncua server did not start: {line!r}"
         return self
 
-    async def _server(self, port: int, cert: Path, key: Path) -> Server:
-        server = Server(user_manager=Users(self.user_cert))  # type: ignore[arg-type]
-        await server.init()
-        server.set_endpoint(f"opc.tcp://127.0.0.1:{port}/test")
-        await server.set_application_uri(SERVER_URI)
-        server.set_security_policy(ALL_POLICIES)
-        server.set_identity_tokens([ua.AnonymousIdentityToken, ua.UserNameIdentityToken,
-                                    ua.X509IdentityToken])
-        await server.load_certificate(str(cert))
-        await server.load_private_key(str(key))
-        namespace = await server.register_namespace("urn:outpost:test")
-        objects = server.nodes.objects
-        await objects.add_variable(ua.NodeId("Value", namespace), "Value", 12.5)
-        await server.start()
-        return server
-
-    async def _start(self) -> None:
-        self.servers = [
-            await self._server(self.port, self.server_cert, self.server_key),
-            await self._server(self.expired_port, self.expired_cert, self.expired_key)]
-
     def stop(self) -> None:
-        async def stop_all() -> None:
-            for server in self.servers:
-                await server.stop()
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
 
-        asyncio.run_coroutine_threadsafe(stop_all(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+
+async def serve_one(directory: Path, port: int, name: str) -> Server:
+    """One server with every policy and identity, its certificate `name`.der."""
+    server = Server(user_manager=Users(directory / "user.der"))  # type: ignore[arg-type]
+    await server.init()
+    server.set_endpoint(f"opc.tcp://127.0.0.1:{port}/test")
+    await server.set_application_uri(SERVER_URI)
+    server.set_security_policy(ALL_POLICIES)
+    server.set_identity_tokens([ua.AnonymousIdentityToken, ua.UserNameIdentityToken,
+                                ua.X509IdentityToken])
+    await server.load_certificate(str(directory / f"{name}.der"))
+    await server.load_private_key(str(directory / f"{name}-key.pem"))
+    namespace = await server.register_namespace("urn:outpost:test")
+    await server.nodes.objects.add_variable(ua.NodeId("Value", namespace), "Value", 12.5)
+    await server.start()
+    return server
+
+
+async def main(directory: Path, port: int, expired_port: int) -> None:
+    await serve_one(directory, port, "server")
+    await serve_one(directory, expired_port, "expired")
+    print("READY", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))
