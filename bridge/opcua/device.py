@@ -39,7 +39,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from asyncua import Client, Node, ua
 from asyncua.common.subscription import DataChangeEvent, StatusChangeEvent, Subscription
@@ -48,6 +47,7 @@ from bridge.driver import Counters, DeviceContext, WriteError
 from bridge.opcua import values
 from bridge.opcua.config import OpcUaDeviceConfig, OpcUaPointConfig
 from bridge.opcua.connect import SecurityError, close_quietly, open_client
+from bridge.opcua.nodes import resolve
 from bridge.opcua.pki import Pki, UntrustedServerError
 from bridge.point import BAD
 from bridge.report import Reporter, ReportPolicy
@@ -182,32 +182,10 @@ class OpcUaDevice:
 
     async def _resolve(self, client: Client) -> None:
         """Find every point's node and DataType; a point that fails is bad on its own."""
-        objects = client.nodes.objects
-        for state in self.points.values():
-            state.node, state.variant, state.error = None, None, None
-            node_text = state.config.node
-            try:
-                if node_text.startswith("/"):
-                    state.node = await objects.get_child(node_text[1:].split("/"))
-                else:
-                    state.node = client.get_node(node_text)
-            except ua.UaStatusCodeError as exc:
-                state.error = f"browse path not found ({ua.StatusCode(exc.code).name})"
-            except (ValueError, ua.UaError) as exc:
-                state.error = f"bad node id: {exc}"
-        live = [state for state in self.points.values() if state.node is not None]
-        types = await client.read_attributes([state.node for state in live if state.node],
-                                             ua.AttributeIds.DataType)
-        for state, answer in zip(live, types, strict=True):
-            status = answer.StatusCode or ua.StatusCode()
-            if not status.is_good():
-                state.error = (f"node {state.config.node} does not exist"
-                               if status.value == ua.StatusCodes.BadNodeIdUnknown
-                               else f"cannot read the node's DataType ({status.name})")
-                continue
-            state.variant = await _variant_type(state, answer)
-            state.error = values.check_type(state.config, state.variant)
-        for state in self.points.values():
+        states = list(self.points.values())
+        for state, found in zip(states, await resolve(client, [s.config for s in states]),
+                                strict=True):
+            state.node, state.variant, state.error = found.node, found.variant, found.error
             if state.error is not None:
                 self._point_failed(state, state.error)
 
@@ -365,16 +343,6 @@ class OpcUaDevice:
         if state.config.enum is not None and isinstance(written, int):
             written = state.config.enum.get(written, written)
         return written, None
-
-
-async def _variant_type(state: PointState, answer: ua.DataValue) -> ua.VariantType:
-    """The built-in type a node's DataType travels as (enumerations as Int32)."""
-    datatype: Any = answer.Value.Value if answer.Value is not None else None
-    if isinstance(datatype, ua.NodeId) and datatype.NamespaceIndex == 0 \
-            and isinstance(datatype.Identifier, int) and 1 <= datatype.Identifier <= 25:
-        return ua.VariantType(datatype.Identifier)
-    assert state.node is not None
-    return await state.node.read_data_type_as_variant_type()
 
 
 def _reason(exc: BaseException) -> str:

@@ -183,3 +183,39 @@ def test_dropped_connection_goes_offline_and_resubscribes(server: NodeServer) ->
         await proxy.close()
 
     asyncio.run(main())
+
+
+def test_browse_and_probe_commands(server: NodeServer, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from outpost.cli import main
+
+    assert main(["opcua", "browse", server.endpoint, "/1:PLC"]) == 0
+    listing = capsys.readouterr().out
+    assert "ns=1;s=Setpoint" in listing and "1:Setpoint" in listing and "float64 = " in listing
+
+    certificate = tmp_path / "server.der"
+    assert main(["opcua", "probe", server.endpoint, "--save-certificate", str(certificate)]) == 0
+    report = capsys.readouterr().out
+    assert "Basic256Sha256           SignAndEncrypt" in report and certificate.exists()
+
+    # a configured device, over SignAndEncrypt with the saved certificate trusted
+    config = tmp_path / "outpost.toml"
+    config.write_text(f"""
+[[bridge.opcua]]
+name = "press-1"
+endpoint = "{server.endpoint}"
+security_policy = "Basic256Sha256"
+security_mode = "SignAndEncrypt"
+trusted_certificates = ["{certificate}"]
+points = [
+  {{ name = "setpoint", node = "ns=1;s=Setpoint", type = "float64" }},
+  {{ name = "missing", node = "ns=1;s=NoSuchTag" }},
+]
+""")
+    assert main(["opcua", "probe", "--config", str(config), "--device", "press-1",
+                 "--state-dir", str(tmp_path / "state")]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("setpoint") and "(good, float64" in line for line in lines)
+    assert any(line.startswith("missing") and "FAILED: node ns=1;s=NoSuchTag does not exist"
+               in line for line in lines)
+    assert lines[-1] == "1 of 2 point(s) answered, 1 failed"
