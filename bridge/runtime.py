@@ -106,8 +106,8 @@ class Bridge:
         self.config = config
         self.prefix = config.prefix
         self.modbus = ModbusFamily()
-        self.families: list[Family[Any, BridgeConfig]] = [self.modbus, SerialFamily(),
-                                            OpcUaFamily(self.state_dir)]
+        self.families: list[Family[Any, BridgeConfig]] = [
+            self.modbus, SerialFamily(), OpcUaFamily(self.state_dir)]
         for family in self.families:
             family.configure(config)
         self.devices: dict[str, Device] = {}

@@ -33,7 +33,7 @@ from bridge.modbus.config import DeviceConfig, PointConfig
 from bridge.modbus.frames import Request
 from bridge.modbus.plan import Read, Span, split_gaps
 from bridge.point import Value
-from bridge.report import Reporter, ReportPolicy
+from bridge.report import Reporter, point_reporter
 
 log = logging.getLogger("outpost.bridge.modbus")
 __all__ = ["DevicePoller", "PointRuntime", "WriteError"]
@@ -65,10 +65,8 @@ class DevicePoller:
         self.counters = bus.counters_for(device.unit_id)
         self.points: dict[str, PointRuntime] = {}
         for point in device.points:
-            policy = ReportPolicy.resolve(point.report, device.report, point.deadband,
-                                          point.deadband_percent,
-                                          point.heartbeat or device.heartbeat)
-            reporter = Reporter(f"{prefix}/{device.name}/{point.name}", point.unit, policy)
+            reporter = point_reporter(f"{prefix}/{device.name}/{point.name}", point,
+                                      device.report, device.heartbeat)
             self.points[point.name] = PointRuntime(point, device.value_spec(point),
                                                    device.span(point), reporter)
         self.plan: dict[str, list[Read]] = device.read_plan()

@@ -50,7 +50,7 @@ from bridge.opcua.connect import SecurityError, close_quietly, open_client
 from bridge.opcua.nodes import resolve
 from bridge.opcua.pki import Pki, UntrustedServerError
 from bridge.point import BAD
-from bridge.report import Reporter, ReportPolicy
+from bridge.report import Reporter, point_reporter
 
 log = logging.getLogger("outpost.bridge.opcua")
 # What a lost or refused connection raises (asyncua wraps most in UaError / OSError; a
@@ -97,10 +97,8 @@ class OpcUaDevice:
         self.session: SessionState | None = None
         self.points: dict[str, PointState] = {}
         for point in config.points:
-            policy = ReportPolicy.resolve(point.report, config.report, point.deadband,
-                                          point.deadband_percent,
-                                          point.heartbeat or config.heartbeat)
-            reporter = Reporter(context.topic(config.name, point.name), point.unit, policy)
+            reporter = point_reporter(context.topic(config.name, point.name), point,
+                                      config.report, config.heartbeat)
             self.points[point.name] = PointState(point, reporter)
         self._by_handle: dict[int, PointState] = {}
 

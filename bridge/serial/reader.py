@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from bridge.driver import Counters, Publish, StatusChange, WriteError
 from bridge.modbus.convert import ValueSpec
-from bridge.report import Reporter, ReportPolicy
+from bridge.report import Reporter, point_reporter
 from bridge.serial.config import SerialDeviceConfig, SerialPointConfig
 from bridge.serial.framing import make_framer
 from bridge.serial.parse import (
@@ -67,11 +67,8 @@ class SerialLineDevice:
             spec = ValueSpec("float64" if point.type != "int" else "int64", scale=point.scale,
                              offset=point.offset, precision=point.precision, minimum=point.min,
                              maximum=point.max)
-            policy = ReportPolicy.resolve(point.report, config.report, point.deadband,
-                                          point.deadband_percent,
-                                          point.heartbeat or config.heartbeat)
-            self.points.append((point, spec, Reporter(f"{prefix}/{config.name}/{point.name}",
-                                                      point.unit, policy)))
+            self.points.append((point, spec, point_reporter(
+                f"{prefix}/{config.name}/{point.name}", point, config.report, config.heartbeat)))
 
     async def run(self) -> None:
         """Read forever, reopening the port whenever it vanishes (cancel to stop)."""

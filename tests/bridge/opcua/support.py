@@ -30,6 +30,8 @@ from gateway.broker.engine.broker import Broker
 from gateway.broker.engine.links import Link
 from outpost.config import parse_config
 from storage.memory import MemoryStore
+from tests.bridge.test_runtime import until as until_in_loop
+from tests.support.waiting import TIMEOUT
 
 NODE_SERVER = Path(__file__).resolve().parent / "node_server"
 
@@ -151,11 +153,6 @@ class Harness:
                            json.dumps({"id": ident, "value": value}).encode(), 1, False)
 
 
-async def until(check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Wait for `check` to hold (the deadline only bounds a stuck run)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not (result := check()):
-        assert loop.time() < deadline, f"not met: {check}"
-        await asyncio.sleep(0.01)
-    return result
+async def until(check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
+    """Wait for `check` on the running loop (the deadline only bounds a stuck run)."""
+    return await until_in_loop(check, timeout)

@@ -97,6 +97,22 @@ def test_values_timestamps_qualities_and_bad_points(server: NodeServer) -> None:
     asyncio.run(main())
 
 
+def test_poll_mode_reads_every_interval(server: NodeServer) -> None:
+    async def main() -> None:
+        points = [POINTS[0], {"name": "missing", "node": "ns=1;s=NoSuchTag"}]
+        h = Harness(device(server.endpoint, points, mode="poll", poll_interval=0.2))
+        await h.bridge.start()
+        await until(lambda: len(h.values(topic("counter"))) >= 3)
+        seen = h.values(topic("counter"))
+        assert all(v["quality"] == "good" for v in seen)
+        assert seen[-1]["value"] > seen[0]["value"] and seen[-1]["ts"] > seen[0]["ts"]
+        assert h.last(topic("missing"))["quality"] == "bad"
+        assert h.bridge.status()["devices"][0]["counters"]["requests"] >= 3
+        await h.bridge.stop()
+
+    asyncio.run(main())
+
+
 def test_writes_land_and_bad_writes_are_refused_per_point(server: NodeServer) -> None:
     async def main() -> None:
         h = Harness(device(server.endpoint))
