@@ -1,7 +1,8 @@
 """The OPC UA family against node-opcua, a third-party server: values, writes, failures.
 
-One server process serves the module's value and write tests; the restart and network drop
-tests get their own (same certificate folder, so only the first start makes a certificate).
+One server process serves the module; the restart test kills it and starts it again on the
+same port with the same certificate folder (only the first start makes a certificate), as a
+PLC restarts.
 """
 
 from __future__ import annotations
@@ -152,8 +153,8 @@ def test_writes_land_and_bad_writes_are_refused_per_point(server: NodeServer) ->
 
 
 def test_server_restart_brings_the_subscription_back_without_stale_good_values(
-        pki: Path, server: NodeServer) -> None:
-    plc = NodeServer(pki).start()  # its own process: this test kills it
+        server: NodeServer) -> None:
+    plc = server  # killed and started again on the same port, as a restarted PLC is
 
     async def main() -> None:
         h = Harness(device(plc.endpoint, POINTS[:3]))
@@ -178,7 +179,8 @@ def test_server_restart_brings_the_subscription_back_without_stale_good_values(
     try:
         asyncio.run(main())
     finally:
-        plc.kill()
+        if plc.process is None:  # the other tests of the module need it
+            plc.start()
 
 
 def test_dropped_connection_goes_offline_and_resubscribes(server: NodeServer) -> None:
