@@ -116,7 +116,7 @@ class OpcUaFamily:
         from bridge.opcua.pki import Pki  # noqa: PLC0415
 
         pki = Pki(self.state_dir / "opcua") if self.state_dir is not None else None
-        return OpcUaDevice(device, context, pki, context.wallclock)
+        return OpcUaDevice(device, context, pki)
 
     def close(self) -> None:
         """Nothing shared to close."""

@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from asyncua import Client, Node, ua
@@ -84,12 +82,12 @@ class SessionState:
 class OpcUaDevice:
     """One OPC UA server and its points (a `bridge.driver.Device`)."""
 
-    def __init__(self, config: OpcUaDeviceConfig, context: DeviceContext, pki: Pki | None,
-                 wallclock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: OpcUaDeviceConfig, context: DeviceContext,
+                 pki: Pki | None) -> None:
         self.config = config
         self.context = context
         self.pki = pki
-        self.wallclock = wallclock
+        self.wallclock = context.wallclock
         self.online: bool | None = None
         self.counters = Counters()
         self.last_error: str | None = None
