@@ -19,6 +19,9 @@ from tests.bridge.opcua.asyncua_server import SecureServers, make_certificate
 from tests.bridge.opcua.support import Harness, until
 
 POINT = [{"name": "value", "node": "ns=2;s=Value", "type": "float64"}]
+# A bound for a stuck run: on a loaded machine a handshake may time out once (25 s) before
+# the retry gets through.
+HANDSHAKES = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +62,8 @@ def test_every_policy_mode_and_identity_works(servers: SecureServers, tmp_path: 
         h = Harness({"opcua": devices}, state_dir=tmp_path)
         await h.bridge.start()
         for device in devices:  # (a handshake that times out on a busy machine is retried)
-            value = await until(lambda d=device: good(h.last(f"devices/{d['name']}/value")))
+            value = await until(lambda d=device: good(h.last(f"devices/{d['name']}/value")),
+                                HANDSHAKES)
             assert value["value"] == 12.5, device["name"]
             assert h.last(f"devices/{device['name']}/status") == "online"
         await h.bridge.stop()
@@ -104,11 +108,12 @@ def test_untrusted_expired_and_changed_certificates_and_bad_logins_are_refused(
         await h.bridge.start()
         refused = {name: h.bridge.devices[name] for name in expected}
         for name, reason in expected.items():
-            await until(lambda n=name, r=reason: r in (refused[n].last_error or ""))  # type: ignore[attr-defined]
+            await until(lambda n=name, r=reason: r in (refused[n].last_error or ""),  # type: ignore[attr-defined]
+                        HANDSHAKES)
             assert h.last(f"devices/{name}/status") == "offline"
             assert h.last(f"devices/{name}/value")["quality"] == "bad"
         # trust on first use pins the certificate and connects
-        await until(lambda: good(h.last("devices/first-use/value")))
+        await until(lambda: good(h.last("devices/first-use/value")), HANDSHAKES)
         assert (tmp_path / "state" / "opcua" / "trusted" / "first-use.der").read_bytes() == \
             servers.server_cert.read_bytes()
         await h.bridge.stop()
