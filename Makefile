@@ -20,6 +20,8 @@ STAMP := $(VENV)/.installed-stamp
 NPM_DIRS :=
 # MQTT.js (Node-RED's client) bursting publishes at the broker: tests/gateway/broker/e2e/test_26_mqttjs.py
 NPM_DIRS += tests/gateway/broker/e2e/mqttjs
+# node-opcua: the third-party OPC UA server of the bridge's OPC UA tests (tests/bridge/opcua/).
+NPM_DIRS += tests/bridge/opcua/node_server
 
 .PHONY: demo test test-loaded lint typecheck unit soak bench system-packages node-packages clean
 

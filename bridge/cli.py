@@ -1,8 +1,13 @@
-"""`outpost modbus plan|probe`: thin commands over the planner, the converter and the bus.
+"""`outpost modbus plan|probe` and `outpost opcua browse|probe`: thin commands over the families.
 
-`probe` reads once, without retries: either a block of registers decoded every way (`--address`,
-`--count`), or every point of a device map or shipped profile (`--map FILE|profile:NAME`), one
-request per point so that each point says by itself whether it answers and why not.
+`modbus probe` reads once, without retries: either a block of registers decoded every way
+(`--address`, `--count`), or every point of a device map or shipped profile (`--map
+FILE|profile:NAME`), one request per point so that each point says by itself whether it answers
+and why not.
+
+`opcua browse ENDPOINT [NODE]` lists node ids to configure; `opcua probe ENDPOINT` shows the
+server's endpoints and certificate, and with `--config FILE --device NAME` reads every point of
+a configured device once (bridge/opcua/tools.py; asyncua is imported only by these commands).
 """
 
 from __future__ import annotations
@@ -10,9 +15,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -22,13 +30,15 @@ from bridge.modbus.bus import ModbusBus, TransactionError
 from bridge.modbus.config import BusConfig, DeviceConfig, PointConfig
 from bridge.modbus.frames import Request
 from bridge.modbus.plan import BIT_TABLES, READ_FUNCTION
+from bridge.opcua.config import OpcUaDeviceConfig
 from gateway.base.settings import ConfigError, format_errors
 
 TABLES = ("coil", "discrete", "holding", "input")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `modbus plan` and `modbus probe` under the `outpost` parser."""
+    """Register `modbus plan|probe` and `opcua browse|probe` under the `outpost` parser."""
+    _add_opcua_parser(sub)
     modbus = sub.add_parser("modbus", help="Modbus tools: read plan, probe a device")
     commands = modbus.add_subparsers(dest="modbus_command", required=True)
     plan = commands.add_parser("plan", help="print the requests one poll cycle makes")
@@ -244,3 +254,100 @@ def format_probe(table: str, address: int, values: tuple[int, ...]) -> list[str]
     for offset, kind, order, value in convert.interpretations(values):
         lines.append(f"{address + offset:>8}  {kind:<11} {order:<5} {value}")
     return lines
+
+
+# -- outpost opcua ------------------------------------------------------------------------------
+
+def _add_opcua_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    opcua = sub.add_parser("opcua", help="OPC UA tools: browse a server, probe a server")
+    commands = opcua.add_subparsers(dest="opcua_command", required=True)
+    browse = commands.add_parser("browse", help="list the nodes below a node (default: the "
+                                 "Objects folder) with their node ids, types and values")
+    browse.add_argument("endpoint", help="opc.tcp://host:port/path")
+    browse.add_argument("node", nargs="?", help="NodeId (ns=2;s=PLC) or browse path (/2:PLC)")
+    browse.add_argument("--depth", type=int, default=1, help="levels to descend (default 1)")
+    probe = commands.add_parser(
+        "probe", help="show a server's endpoints and certificate; with --config and --device "
+        "read every point of a configured device once")
+    probe.add_argument("endpoint", nargs="?", help="opc.tcp://host:port/path (default: the "
+                       "device's, with --config)")
+    probe.add_argument("--config", type=Path, help="TOML configuration file")
+    probe.add_argument("--device", help="an [[bridge.opcua]] device of --config")
+    probe.add_argument("--save-certificate", type=Path, metavar="FILE",
+                       help="write the server's certificate here (for trusted_certificates)")
+    for command in (browse, probe):
+        command.add_argument("--security-policy", default="None",
+                             choices=("None", "Basic256Sha256", "Aes128_Sha256_RsaOaep",
+                                      "Aes256_Sha256_RsaPss"))
+        command.add_argument("--security-mode", default=None,
+                             choices=("None", "Sign", "SignAndEncrypt"),
+                             help="default: SignAndEncrypt with a policy, else None")
+        command.add_argument("--username", help="the password from $OUTPOST_OPCUA_PASSWORD")
+        command.add_argument("--trusted-certificate", type=Path, action="append", default=[],
+                             help="a server certificate to trust (repeatable)")
+        command.add_argument("--trust-server", action="store_true",
+                             help="trust the certificate the server presents, for this run")
+        command.add_argument("--state-dir", type=Path, help="where the client certificate is "
+                             "(default: a temporary one for this run)")
+        command.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+
+
+def run_opcua(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig]) -> int:
+    """Dispatch `outpost opcua ...` (`load_bridge` as for `run`)."""
+    # asyncua takes seconds to import: only these commands load it.
+    from bridge.opcua import tools  # noqa: PLC0415
+    from bridge.opcua.pki import Pki  # noqa: PLC0415
+
+    try:
+        config = _opcua_target(args, load_bridge)
+    except ConfigError as exc:
+        print(f"{exc.source}: invalid configuration", file=sys.stderr)
+        for line in exc.errors:
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    except (ValueError, ValidationError) as exc:
+        print(f"opcua: {exc}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="outpost-opcua-") as scratch:
+        pki = Pki((args.state_dir or Path(scratch)) / "opcua")
+        try:
+            if args.opcua_command == "browse":
+                lines = asyncio.run(tools.browse(config, pki, args.node, args.depth))
+                failed = 0
+            else:
+                lines, failed = asyncio.run(tools.probe(config, pki, args.save_certificate))
+        except Exception as exc:  # every failure of a one-off command is its answer
+            print(f"opcua {args.opcua_command} failed: {exc or type(exc).__name__}",
+                  file=sys.stderr)
+            return 1
+    for line in lines:
+        print(line)
+    return 1 if failed else 0
+
+
+def _opcua_target(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig],
+                  ) -> OpcUaDeviceConfig:
+    """The device to talk to: from --config/--device, or made from the arguments."""
+    if getattr(args, "config", None) is not None or getattr(args, "device", None) is not None:
+        if args.config is None or args.device is None:
+            raise ValueError("--config and --device go together")
+        devices = {d.name: d for d in load_bridge(args.config).opcua}
+        if args.device not in devices:
+            raise ValueError(f"no [[bridge.opcua]] device {args.device!r} in {args.config} "
+                             f"(devices: {', '.join(sorted(devices)) or 'none'})")
+        device = devices[args.device]
+        return device.model_copy(update={"endpoint": args.endpoint}) if args.endpoint \
+            else device
+    if not args.endpoint:
+        raise ValueError("probe needs an ENDPOINT (or --config FILE --device NAME)")
+    policy = args.security_policy
+    data: dict[str, Any] = {
+        "name": "probe", "endpoint": args.endpoint, "security_policy": policy,
+        "security_mode": args.security_mode or ("None" if policy == "None"
+                                                 else "SignAndEncrypt"),
+        "trusted_certificates": args.trusted_certificate,
+        "trust_on_first_use": args.trust_server, "request_timeout": args.timeout}
+    if args.username:
+        data |= {"username": args.username,
+                 "password": os.environ.get("OUTPOST_OPCUA_PASSWORD", "")}
+    return OpcUaDeviceConfig.model_validate(data)

@@ -1,9 +1,10 @@
 """The `[bridge]` section of outpost.toml: where values go, and the buses and devices it polls.
 
-How this works: `BridgeConfig` aggregates the models of each device kind (Modbus buses and
-devices from bridge/modbus/config.py, serial line devices from bridge/serial/config.py) and holds
-the checks that involve several of them (duplicate names, devices on unknown buses, unit ids used
-twice on a bus, one RTU-over-TCP converter behind two buses, a name or port used by both kinds).
+How this works: `BridgeConfig` aggregates the models of each device family (Modbus buses and
+devices from bridge/modbus/config.py, serial line devices from bridge/serial/config.py, OPC UA
+servers from bridge/opcua/config.py) and holds the checks that involve several of them
+(duplicate names, devices on unknown buses, unit ids used twice on a bus, one RTU-over-TCP
+converter behind two buses, a name used by two families, a port used by two kinds).
 Those are field validators on the list that holds the entries, so their path names the list and
 the message names the entries (`devices.2 'meter-3': unknown bus 'rs485-2'`).
 
@@ -23,7 +24,9 @@ from pydantic import (
     model_validator,
 )
 
+from bridge.driver import DeviceSettings
 from bridge.modbus.config import BusConfig, DeviceConfig
+from bridge.opcua.config import OpcUaDeviceConfig
 from bridge.point import check_unique
 from bridge.serial.config import SerialDeviceConfig
 from gateway.base.settings import Section
@@ -81,6 +84,7 @@ class BridgeConfig(Section):
     buses: list[BusConfig] = Field(default_factory=list)
     devices: list[DeviceConfig] = Field(default_factory=list)
     serial: list[SerialDeviceConfig] = Field(default_factory=list)
+    opcua: list[OpcUaDeviceConfig] = Field(default_factory=list)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -153,9 +157,17 @@ class BridgeConfig(Section):
                 problems.append(f"serial.{i}: port {device.device} is already used by "
                                 f"{ports[device.device]}")
             ports[device.device] = f"serial.{i}"
+        taken = modbus | {s.name for s in self.serial}
+        problems += check_unique([d.name for d in self.opcua], "opcua", "device name")
+        problems += [f"opcua.{i}: device name {d.name!r} is also a Modbus or serial device"
+                     for i, d in enumerate(self.opcua) if d.name in taken]
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def device_configs(self) -> list[DeviceSettings]:
+        """Every device of every family, in family then configuration order."""
+        return [*self.devices, *self.serial, *self.opcua]
 
     def bus(self, name: str) -> BusConfig:
         """The bus called `name`."""

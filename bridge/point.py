@@ -10,13 +10,14 @@ Pure: pydantic and the standard library.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, Field
 
 from gateway.base.settings import Section
 
-Value = bool | int | float | str | None
+# A JSON array or object is the value of an OPC UA array or structure (published as JSON).
+Value = bool | int | float | str | list[Any] | dict[str, Any] | None
 Quality = Literal["good", "uncertain", "bad"]
 GOOD: Final = "good"
 UNCERTAIN: Final = "uncertain"

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from bridge.point import Value
+from bridge.point import ReportFields, Value
 
 ONLINE: Final = b"online"
 OFFLINE: Final = b"offline"
@@ -133,3 +133,12 @@ class Reporter:
             delta > abs(last) * policy.deadband_percent / 100.0
             or (last == 0 and delta != 0)
         )
+
+
+def point_reporter(topic: str, point: ReportFields, report: str,
+                   heartbeat: float | None) -> Reporter:
+    """A point's reporter: its own report fields, the device's `report` and `heartbeat` where
+    it has none (every device family makes its reporters so)."""
+    policy = ReportPolicy.resolve(point.report, report, point.deadband, point.deadband_percent,
+                                  point.heartbeat or heartbeat)
+    return Reporter(topic, point.unit, policy)

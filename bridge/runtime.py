@@ -1,18 +1,19 @@
-"""The device bridge on the gateway's event loop: buses, pollers, serial readers, one link.
+"""The device bridge on the gateway's event loop: every device family's devices, one link.
 
 How this works: `Bridge.start` attaches to the broker through one in-process `Link`
 (gateway/broker/engine/links.py), publishes every device's retained status as `offline`,
-subscribes to
-`<prefix>/+/+/set`, and starts one supervised task per Modbus device and per serial device plus
-one diagnostics task. Devices publish point values through the link; a device's first answer
-flips its status to `online`.
+subscribes to `<prefix>/+/+/set`, and starts one supervised task per device plus one
+diagnostics task. Devices come from the families of the driver interface (bridge/driver.py:
+Modbus, serial, OPC UA), which the bridge treats alike. Devices publish point values through
+the link; a device's first answer flips its status to `online`.
 
 Status and crashes: there is no will per device (one link, many devices), so the bridge keeps
 the retained status honest itself:
 - at start every status is set to `offline` before the first poll, which also corrects an
   `online` left behind by a gateway that was killed (a persistent retained store restores it);
 - a device task that dies of an unexpected exception is logged, its status is set to `offline`
-  and it is restarted after 5 s;
+  (the device's own idea of it becomes "unknown", so its next answer publishes `online`) and
+  it is restarted after 5 s;
 - `stop` (gateway shutdown) sets every status to `offline` before the link is closed.
 LAN clients see a gateway crash directly: the broker they are connected to is gone.
 
@@ -20,10 +21,11 @@ The composition root also finds two optional hooks here: `status()` (the "device
 `outpost status` and the status page) and `reload(config)` (SIGHUP with a changed `[bridge]`,
 applied on the same link). A reload restarts only what changed, so unchanged devices never
 flap `offline` -> `online` upstream:
-- a device whose own configuration or whose bus's configuration changed is stopped and started
-  again (a changed bus is closed and opened again); it publishes no `offline` for the restart:
-  a Modbus device publishes its status at its first answer (or after `offline_after`
-  failures), a serial device keeps the state it had until the new reader says otherwise;
+- a device whose own configuration or whose family's environment of it (a Modbus device's bus)
+  changed is stopped and started again (a changed bus is closed and opened again); it
+  publishes no `offline` for the restart: a Modbus or OPC UA device publishes its status at
+  its first answer (or failure), a serial device keeps the state it had until the new reader
+  says otherwise (`Device.adopt`);
 - a removed device is stopped and its status set to `offline` (it is gone);
 - a new device is started like at start: status `offline` until its first answer;
 - an unchanged device on an unchanged bus keeps running and publishes no status at all;
@@ -46,15 +48,16 @@ import json
 import logging
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, Protocol
 
 from bridge.config import BridgeConfig
-from bridge.modbus.bus import Counters, ModbusBus
-from bridge.modbus.config import DeviceConfig
-from bridge.modbus.poller import DevicePoller, WriteError
+from bridge.driver import Device, DeviceContext, Family, WriteError
+from bridge.families import ModbusFamily, OpcUaFamily, SerialFamily
+from bridge.modbus.bus import ModbusBus
+from bridge.modbus.poller import DevicePoller
 from bridge.report import OFFLINE, ONLINE, diagnostics_payload
-from bridge.serial.config import SerialDeviceConfig
-from bridge.serial.reader import CommandError, SerialLineDevice
+from bridge.serial.reader import SerialLineDevice
 from gateway.broker.core.message import Message
 from gateway.broker.engine.broker import Broker
 from gateway.broker.engine.links import Link
@@ -75,12 +78,18 @@ class BridgeObserver(Protocol):
 
 
 class Bridge:
-    """All configured devices, attached to a broker."""
+    """All configured devices, attached to a broker.
+
+    `state_dir` holds what a family keeps between runs (the OPC UA client's certificate and
+    the server certificates it trusts); None: the families that need it say so at start.
+    """
 
     def __init__(self, config: BridgeConfig, broker: Broker,
-                 wallclock: Callable[[], float] = time.time) -> None:
+                 wallclock: Callable[[], float] = time.time,
+                 state_dir: Path | None = None) -> None:
         self.broker = broker
         self.wallclock = wallclock
+        self.state_dir = state_dir
         self.link: Link | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}  # device name -> its supervised task
         self._diag: asyncio.Task[None] | None = None
@@ -96,34 +105,62 @@ class Bridge:
     def _configure(self, config: BridgeConfig) -> None:
         self.config = config
         self.prefix = config.prefix
-        self.buses = {bus.name: ModbusBus(bus) for bus in config.buses}
-        self.pollers: dict[str, DevicePoller] = {}
-        self.serial: dict[str, SerialLineDevice] = {}
+        self.modbus = ModbusFamily()
+        self.families: list[Family[Any, BridgeConfig]] = [
+            self.modbus, SerialFamily(), OpcUaFamily(self.state_dir)]
+        for family in self.families:
+            family.configure(config)
+        self.devices: dict[str, Device] = {}
+        self._family: dict[str, Family[Any, BridgeConfig]] = {}  # device name -> its family
 
     @property
     def device_names(self) -> list[str]:
-        return [*self.pollers, *self.serial]
+        return list(self.devices)
+
+    @property
+    def buses(self) -> dict[str, ModbusBus]:
+        """The Modbus buses."""
+        return self.modbus.buses
+
+    @property
+    def pollers(self) -> dict[str, DevicePoller]:
+        """The Modbus devices."""
+        return {n: d for n, d in self.devices.items() if isinstance(d, DevicePoller)}
+
+    @property
+    def serial(self) -> dict[str, SerialLineDevice]:
+        """The serial line devices."""
+        return {n: d for n, d in self.devices.items() if isinstance(d, SerialLineDevice)}
+
+    def _context(self) -> DeviceContext:
+        return DeviceContext(self.prefix, self._publish_point, self._publish_status,
+                             self.wallclock)
+
+    def _open(self, family: Family[Any, BridgeConfig], settings: Any) -> Device:
+        self._family[settings.name] = family
+        return family.open(settings, self._context())
 
     async def start(self) -> None:
-        """Attach to the broker and start polling."""
+        """Attach to the broker and start every device."""
         loop = asyncio.get_running_loop()
         if self.link is None:
             self.link = Link(self.broker, CLIENT_ID, loop.time, self._on_message)
-        for device in self.config.devices:
-            self.pollers[device.name] = self._poller(device)
-        for serial_device in self.config.serial:
-            self.serial[serial_device.name] = self._reader(serial_device)
+        for family in self.families:
+            for settings in family.configs(self.config):
+                self.devices[settings.name] = self._open(family, settings)
         for name in self.device_names:
             self._publish_status(name, False)
         self.link.subscribe(f"{self.prefix}/+/+/set", qos=1)
         for name in self.device_names:
             self._spawn(name)
         self._start_diagnostics()
-        log.info("bridge: %d Modbus device(s) on %d bus(es), %d serial device(s)",
-                 len(self.pollers), len(self.buses), len(self.serial))
+        counts = ", ".join(f"{len(family.configs(self.config))} {family.kind}"
+                           for family in self.families)
+        log.info("bridge: %d device(s) (%s), %d Modbus bus(es)", len(self.devices), counts,
+                 len(self.buses))
 
     async def stop(self, detach: bool = True) -> None:
-        """Stop polling, publish every device offline, detach."""
+        """Stop every device, publish every device offline, detach."""
         if detach and self._reloading is not None:
             self._reloading.cancel()
             await asyncio.gather(self._reloading, return_exceptions=True)
@@ -136,20 +173,18 @@ class Bridge:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
         self._diag = None
-        for bus in self.buses.values():
-            bus.channel.close()
-        for reader in self.serial.values():
-            reader.close()
+        for device in self.devices.values():
+            device.close()
+        for family in self.families:
+            family.close()
         if self.link is not None:
             for name in [*self.device_names, *sorted(self._limbo - set(self.device_names))]:
                 self._publish_status(name, False)
             self._limbo.clear()
+            self.link.unsubscribe(f"{self.prefix}/+/+/set")
             if detach:
-                self.link.unsubscribe(f"{self.prefix}/+/+/set")
                 self.link.close()
                 self.link = None
-            else:
-                self.link.unsubscribe(f"{self.prefix}/+/+/set")
 
     def reload(self, new: BridgeConfig) -> None:
         """Apply a changed `[bridge]` section (SIGHUP, through the appliance's reloader)."""
@@ -172,6 +207,18 @@ class Bridge:
             if self._target == config:
                 self._target = None  # the same file again is worth another try
 
+    def _unchanged(self, config: BridgeConfig) -> set[str]:
+        """The devices a reload to `config` keeps running: same family, same configuration,
+        same environment (a Modbus device's bus)."""
+        old = self.config
+        kept: set[str] = set()
+        for family in self.families:
+            before = {d.name: d for d in family.configs(old)}
+            kept |= {d.name for d in family.configs(config)
+                     if before.get(d.name) == d
+                     and family.environment(d, config) == family.environment(d, old)}
+        return kept
+
     async def _apply_changes(self, config: BridgeConfig) -> None:
         if config.prefix != self.config.prefix:  # every topic moves: start from scratch
             await self.stop(detach=False)
@@ -180,56 +227,36 @@ class Bridge:
             log.info("bridge: reloaded (prefix changed: every device restarted)")
             return
         old = self.config
-        buses = {b.name: self.buses[b.name] for b in config.buses
-                 if b.name in self.buses and self.buses[b.name].config == b}
-        old_devices = {d.name: d for d in old.devices}
-        old_serial = {s.name: s for s in old.serial}
-        kept = {d.name for d in config.devices
-                if old_devices.get(d.name) == d and d.bus in buses}
-        kept |= {s.name for s in config.serial if old_serial.get(s.name) == s}
-        new_names = {d.name for d in config.devices} | {s.name for s in config.serial}
+        kept = self._unchanged(config)
+        new_names = {d.name for family in self.families for d in family.configs(config)}
         stopping = [name for name in self.device_names if name not in kept]
-        stopped_pollers = {n: self.pollers.pop(n) for n in stopping if n in self.pollers}
-        stopped_readers = {n: self.serial.pop(n) for n in stopping if n in self.serial}
+        stopped = {name: (self.devices.pop(name), self._family.pop(name)) for name in stopping}
         self._limbo.update(stopping)
         await self._stop_devices(stopping)
-        for reader in stopped_readers.values():
-            reader.close()
-        for name, bus in self.buses.items():
-            if name not in buses:
-                bus.channel.close()
-        for poller in stopped_pollers.values():  # a restarted device counts from zero
-            if poller.device.bus in buses:
-                buses[poller.device.bus].counters.pop(poller.device.unit_id, None)
+        for device, _ in stopped.values():
+            device.close()
         for name in stopping:
             if name not in new_names:
                 self._publish_status(name, False)
 
         self.config = config
-        self.buses = {b.name: buses.get(b.name) or ModbusBus(b) for b in config.buses}
-        pollers: dict[str, DevicePoller] = {}
-        readers: dict[str, SerialLineDevice] = {}
+        for family in self.families:
+            family.configure(config)
+        devices: dict[str, Device] = {}
         started: list[str] = []
-        for device in config.devices:
-            if device.name in kept:
-                pollers[device.name] = self.pollers[device.name]
-                continue
-            pollers[device.name] = self._poller(device)
-            started.append(device.name)
-            if device.name not in stopped_pollers:  # new here: unknown until it answers
-                self._publish_status(device.name, False)
-        for serial_device in config.serial:
-            name = serial_device.name
-            if name in kept:
-                readers[name] = self.serial[name]
-                continue
-            readers[name] = self._reader(serial_device)
-            started.append(name)
-            if name in stopped_readers:
-                readers[name].online = stopped_readers[name].online
-            else:
-                self._publish_status(name, False)
-        self.pollers, self.serial = pollers, readers
+        for family in self.families:
+            for settings in family.configs(config):
+                name = settings.name
+                if name in kept:
+                    devices[name] = self.devices[name]
+                    continue
+                devices[name] = self._open(family, settings)
+                started.append(name)
+                if name in stopped and stopped[name][1] is family:  # restarted in place
+                    devices[name].adopt(stopped[name][0])
+                else:  # new here: unknown until it answers
+                    self._publish_status(name, False)
+        self.devices = devices
         self._limbo.clear()
         for name in started:
             self._spawn(name)
@@ -253,14 +280,6 @@ class Bridge:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _poller(self, device: DeviceConfig) -> DevicePoller:
-        return DevicePoller(device, self.buses[device.bus], self.prefix, self._publish_point,
-                            self._publish_status, self.wallclock)
-
-    def _reader(self, device: SerialDeviceConfig) -> SerialLineDevice:
-        return SerialLineDevice(device, self.prefix, self._publish_point, self._publish_status,
-                                self.wallclock)
-
     def _wants_diagnostics(self) -> bool:
         return self.config.diagnostics_interval > 0 and bool(self.device_names)
 
@@ -272,17 +291,13 @@ class Bridge:
         """The "devices" section of the gateway status (cheap: no I/O)."""
         now = asyncio.get_running_loop().time()
         devices: list[dict[str, Any]] = []
-        for name, online, counters, reporters in [
-            *((n, p.online, p.counters, [r.reporter for r in p.points.values()])
-              for n, p in self.pollers.items()),
-            *((n, r.online, r.counters, [rep for _, _, rep in r.points])
-              for n, r in self.serial.items()),
-        ]:
-            points = {rep.topic.rsplit("/", 1)[1]: last for rep in reporters
+        for name, device in self.devices.items():
+            counters = device.counters
+            points = {rep.topic.rsplit("/", 1)[1]: last for rep in device.reporters()
                       if (last := rep.last(now)) is not None}
             ages = [p["age_s"] for p in points.values()]
             devices.append({
-                "name": name, "online": online, "requests": counters.requests,
+                "name": name, "online": device.online, "requests": counters.requests,
                 "errors": counters.timeouts + counters.crc_errors + counters.exceptions,
                 "counters": {"requests": counters.requests, "timeouts": counters.timeouts,
                              "crc_errors": counters.crc_errors,
@@ -294,8 +309,7 @@ class Bridge:
         return {"devices": devices}
 
     def _spawn(self, name: str) -> None:
-        run = self.pollers[name].run if name in self.pollers else self.serial[name].run
-        self._tasks[name] = asyncio.create_task(self._supervise(name, run),
+        self._tasks[name] = asyncio.create_task(self._supervise(name, self.devices[name].run),
                                                 name=f"bridge-{name}")
 
     async def _supervise(self, name: str, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -309,9 +323,9 @@ class Bridge:
                 log.exception("bridge: device %s crashed; restarting in %.1f s", name,
                               self.restart_delay, extra={"device": name})
                 self._publish_status(name, False)
-                poller = self.pollers.get(name)
-                if poller is not None:
-                    poller.online = None
+                device = self.devices.get(name)
+                if device is not None:
+                    device.online = None  # its next answer (or failure) publishes its status
                 await asyncio.sleep(self.restart_delay)
 
     def _publish_point(self, topic: str, payload: bytes) -> None:
@@ -333,9 +347,8 @@ class Bridge:
         while True:
             await asyncio.sleep(interval)
             ts_ms = int(self.wallclock() * 1000)
-            counters: dict[str, Counters] = {n: p.counters for n, p in self.pollers.items()}
-            counters.update((n, r.counters) for n, r in self.serial.items())
-            for name, c in counters.items():
+            for name, device in self.devices.items():
+                c = device.counters
                 payload = diagnostics_payload(ts_ms, c.requests, c.timeouts, c.crc_errors,
                                               c.exceptions, c.stale_frames, c.take_latency())
                 if self.link is not None:
@@ -374,7 +387,7 @@ class Bridge:
                      result_topic: str) -> None:
         try:
             written, registers = await self.write(device, point, value)
-        except (WriteError, CommandError) as exc:
+        except WriteError as exc:
             self._refused(device, point, value, ident, result_topic, str(exc))
             return
         log.info("bridge: write %s/%s = %r done (wrote %r, registers %s)", device, point, value,
@@ -384,14 +397,12 @@ class Bridge:
     async def write(self, device: str, point: str,
                     value: object) -> tuple[object, list[int] | None]:
         """Write a point of a device: what was written (after scaling and rounding) and the
-        registers it took (None for a serial command); WriteError / CommandError with the
-        reason."""
-        if device in self.pollers:
-            return await self.pollers[device].write(point, value)
-        if device in self.serial:
-            self.serial[device].command(point, value)
-            return value, None
-        raise WriteError(f"unknown device {device!r}")
+        registers it took (None for a serial command or an OPC UA node); WriteError (serial:
+        its subclass CommandError) with the reason."""
+        target = self.devices.get(device)
+        if target is None:
+            raise WriteError(f"unknown device {device!r}")
+        return await target.write(point, value)
 
     def _refused(self, device: str, point: str, value: object, ident: object, topic: str,
                  reason: str) -> None:

@@ -147,8 +147,8 @@ async def serve(
     bridge = None
     interop: list[Interop] = []
     # With the console, the bridge runs even empty: the first device added must start live.
-    if config.bridge.devices or config.bridge.serial or config.console.enabled:
-        bridge = Bridge(config.bridge, broker)
+    if config.bridge.device_configs() or config.console.enabled:
+        bridge = Bridge(config.bridge, broker, state_dir=state_dir or config.storage.state_dir)
         interop = start_interop(config, bridge, broker, daemon.reloader, outbox,
                                 state_dir or config.storage.state_dir)
         await bridge.start()

@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "with (default: the system's; through --config: the configured "
                         "tls_cert itself)")
 
-    bridge_cli.add_parser(sub)  # outpost modbus plan|probe
+    bridge_cli.add_parser(sub)  # outpost modbus plan|probe, outpost opcua browse|probe
     _add_update_parser(sub)
 
     db = sub.add_parser("db", help="inspect, back up or compact the store "
@@ -441,6 +441,11 @@ def cmd_modbus(args: argparse.Namespace) -> int:
     return bridge_cli.run(args, lambda path: load_config(path).bridge)
 
 
+def cmd_opcua(args: argparse.Namespace) -> int:
+    """`outpost opcua browse|probe`: the bridge's OPC UA tools."""
+    return bridge_cli.run_opcua(args, lambda path: load_config(path).bridge)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point."""
     args = build_parser().parse_args(argv)
@@ -453,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         "passwd": cmd_passwd,
         "status": cmd_status,
         "modbus": cmd_modbus,
+        "opcua": cmd_opcua,
         "update": cmd_update,
     }
     return handlers[args.command](args)

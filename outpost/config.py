@@ -167,7 +167,7 @@ class Config(BrokerConfig):
                        ) -> HomeAssistantConfig:
         bridge = info.data.get("bridge")
         if bridge is not None:
-            names = {d.name for d in bridge.devices} | {s.name for s in bridge.serial}
+            names = {d.name for d in bridge.device_configs()}
             for index, device in enumerate(value.devices):
                 if device.name not in names:
                     raise ValueError(f"devices.{index}.name: {device.name!r} is not a bridged "

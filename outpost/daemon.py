@@ -304,7 +304,7 @@ class Daemon:
         watch = status.watch_topics
         if watch is None:  # a link takes a client slot: only when there is something to see
             bridge = self.config.bridge
-            watch = bool(bridge.devices or bridge.serial) and "devices" not in board.providers
+            watch = bool(bridge.device_configs()) and "devices" not in board.providers
             watch = watch or (self.config.uplink.enabled and "uplink" not in board.providers)
         if watch:
             board.watch_topics(self.config.bridge.prefix)

@@ -6,7 +6,7 @@ How this works: `discovery_messages` (pure) turns the bridge's configuration int
 - a read-only number is a `sensor` (unit, `device_class` / `state_class` from the point), a
   read-only bool a `binary_sensor`, a read-only string or enum a `sensor` without unit;
 - a writable bool (coil, bit) is a `switch`, a writable number a `number` (min / max from the
-  point, else the range of its Modbus type after scale and offset), a writable enum a
+  point, else the range of its type after scale and offset), a writable enum a
   `select`; their command topic is the bridge's own write path `<prefix>/<device>/<point>/set`
   with the `{"value": ...}` body it expects, so Home Assistant writes exactly like any other
   MQTT client would (same validation, same access rules);
@@ -15,6 +15,9 @@ How this works: `discovery_messages` (pure) turns the bridge's configuration int
   "off"), is available while the retained `<prefix>/<device>/status` says `online`, and
   belongs to a device per bridged device whose `via_device` is the gateway, itself announced
   as a device with its own entities (gateway.py).
+
+Entities come from each device's family-neutral description (bridge/driver.py `PointInfo`),
+so Modbus, serial and OPC UA points are discovered alike.
 
 `HomeAssistantDiscovery` publishes them retained through an in-process link, and the
 retained gateway state on `$SYS/outpost/gateway`. At start it first reads the retained configs
@@ -44,6 +47,7 @@ import re
 from typing import Any
 
 from bridge.config import BridgeConfig
+from bridge.driver import PointInfo
 from bridge.homeassistant.config import HomeAssistantConfig
 from bridge.homeassistant.gateway import (
     GATEWAY_TOPIC,
@@ -51,19 +55,13 @@ from bridge.homeassistant.gateway import (
     gateway_entities,
     gateway_state,
 )
-from bridge.modbus.config import DeviceConfig, PointConfig
-from bridge.modbus.convert import FLOAT_TYPES
-from bridge.serial.config import SerialDeviceConfig, SerialPointConfig
 from gateway.broker.core.message import Message
 from gateway.broker.engine.broker import Broker
 from gateway.broker.engine.links import Link
 
 log = logging.getLogger("outpost.homeassistant")
 CLIENT_ID = "outpost-homeassistant"
-_INTEGER_RANGES = {"int16": (-(1 << 15), (1 << 15) - 1), "uint16": (0, (1 << 16) - 1),
-                   "int32": (-(1 << 31), (1 << 31) - 1), "uint32": (0, (1 << 32) - 1),
-                   "int64": (-(1 << 63), (1 << 63) - 1), "uint64": (0, (1 << 64) - 1)}
-_FLOAT_RANGE = (-1e15, 1e15)
+_FLOAT_RANGE = (-1e15, 1e15)  # a writable number without bounds
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 # "None" is Home Assistant's payload for "unknown" (switch and binary_sensor): a null value
 # (quality bad) must not read as "off".
@@ -78,44 +76,27 @@ def discovery_id(text: str) -> str:
     return _UNSAFE.sub("_", text)
 
 
-def _number_range(point: PointConfig) -> tuple[float, float]:
-    low, high = _INTEGER_RANGES.get(point.data_type, _FLOAT_RANGE)
-    scaled = sorted((low * point.scale + point.offset, high * point.scale + point.offset))
-    return (point.min if point.min is not None else scaled[0],
-            point.max if point.max is not None else scaled[1])
-
-
-def _modbus_entity(point: PointConfig) -> tuple[str, dict[str, Any]]:
-    """The component and its own keys for one Modbus point."""
-    kind = point.data_type
-    if kind in ("bool", "bit"):
+def _point_entity(point: PointInfo) -> tuple[str, dict[str, Any]]:
+    """The component and its own keys for one point."""
+    if point.datatype == "bool":
         if point.writable:
             return "switch", {"payload_on": '{"value": true}', "payload_off": '{"value": false}',
                               "state_on": "ON", "state_off": "OFF"}
         return "binary_sensor", {"payload_on": "ON", "payload_off": "OFF"}
-    if point.enum is not None:
+    if point.options is not None:
         if point.writable:
-            return "select", {"options": sorted(point.enum.values()),
+            return "select", {"options": list(point.options),
                               "command_template": '{"value": "{{ value }}"}'}
         return "sensor", {}
-    if kind == "string":
+    if point.datatype in ("string", "datetime", "json"):
         return "sensor", {}
     keys: dict[str, Any] = {} if point.unit is None else {"unit_of_measurement": point.unit}
     if point.writable:
-        low, high = _number_range(point)
-        integral = kind not in FLOAT_TYPES and point.scale == 1 and point.offset == 0
-        keys |= {"min": low, "max": high, "step": 1 if integral else 0.001, "mode": "box",
+        low = _FLOAT_RANGE[0] if point.minimum is None else point.minimum
+        high = _FLOAT_RANGE[1] if point.maximum is None else point.maximum
+        keys |= {"min": low, "max": high, "step": 1 if point.integral else 0.001, "mode": "box",
                  "command_template": '{"value": {{ value }}}'}
     return ("number" if point.writable else "sensor"), keys
-
-
-def _serial_entity(point: SerialPointConfig) -> tuple[str, dict[str, Any]]:
-    """The component and its own keys for one serial point (always read-only)."""
-    if point.type == "bool":
-        return "binary_sensor", {"payload_on": "ON", "payload_off": "OFF"}
-    if point.type == "string" or point.unit is None:
-        return "sensor", {}
-    return "sensor", {"unit_of_measurement": point.unit}
 
 
 def _entity(component: str, keys: dict[str, Any], point_topic: str, device_status: str,
@@ -165,30 +146,21 @@ def discovery_messages(bridge: BridgeConfig, config: HomeAssistantConfig, gatewa
     messages = {f"{config.discovery_prefix}/{component}/{node}/{object_id}/config":
                 _encode(entity) for object_id, (component, entity) in
                 gateway_entities(node, gateway_id, gateway or GatewayInfo()).items()}
-    devices: list[DeviceConfig | SerialDeviceConfig] = [*bridge.devices, *bridge.serial]
-    for device in devices:
+    for device in bridge.device_configs():
         info = config.device(device.name)
-        if isinstance(device, DeviceConfig):
-            model = info.model or device.description or f"Modbus unit {device.unit_id}"
-        else:
-            model = info.model or f"serial device on {device.device}"
+        description = device.describe()
+        model = info.model or description.model
         ha_device = {"identifiers": [f"{node}_{discovery_id(device.name)}"],
                      "name": device.name, "manufacturer": info.manufacturer or "unknown",
                      "model": model, "via_device": node}
         status = f"{bridge.prefix}/{device.name}/status"
-        for point in device.points:
+        for point in description.points:
             topic = f"{bridge.prefix}/{device.name}/{point.name}"
-            if isinstance(point, PointConfig):
-                component, keys = _modbus_entity(point)
-                classes = (point.device_class, point.state_class)
-                label = point.label or point.name
-            else:  # serial points are read-only values
-                component, keys = _serial_entity(point)
-                classes = (None, None)
-                label = point.name
+            component, keys = _point_entity(point)
             object_id = discovery_id(f"{device.name}_{point.name}")
-            entity = _entity(component, keys, topic, status, *classes)
-            entity = {"name": label, "unique_id": f"{node}_{object_id}",
+            entity = _entity(component, keys, topic, status, point.device_class,
+                             point.state_class)
+            entity = {"name": point.label or point.name, "unique_id": f"{node}_{object_id}",
                       "device": ha_device, **entity, "qos": 1}
             messages[f"{config.discovery_prefix}/{component}/{node}/{object_id}/config"] = (
                 _encode(entity))

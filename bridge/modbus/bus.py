@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Literal
 
+from bridge.driver import Counters
 from bridge.modbus.config import BusConfig
 from bridge.modbus.frames import (
     Request,
@@ -46,27 +46,6 @@ from bridge.transport import Channel, SerialChannel, TcpChannel
 log = logging.getLogger("outpost.bridge.modbus")
 FailureKind = Literal["timeout", "crc", "exception", "unavailable"]
 _NOBODY = Request(unit=-1, function=0, address=0)  # matches nothing: everything is stale
-
-
-@dataclass(slots=True)
-class Counters:
-    """Cumulative per-device transaction counters (the diagnostics payload)."""
-
-    requests: int = 0
-    timeouts: int = 0
-    crc_errors: int = 0
-    exceptions: int = 0
-    stale_frames: int = 0
-    latency_sum: float = 0.0  # since the last `take_latency`
-    latency_count: int = 0
-
-    def take_latency(self) -> float | None:
-        """Mean latency in ms since the last call (None when nothing succeeded)."""
-        if not self.latency_count:
-            return None
-        mean = self.latency_sum / self.latency_count * 1000.0
-        self.latency_sum, self.latency_count = 0.0, 0
-        return round(mean, 3)
 
 
 class TransactionError(Exception):

@@ -34,6 +34,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from bridge.driver import DeviceDescription, PointInfo
 from bridge.modbus.convert import (
     FLOAT_TYPES,
     INTEGER_TYPES,
@@ -59,6 +60,10 @@ PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
 # The 5-digit / 6-digit manual notations: the leading digit names the table.
 NOTATION_TABLE = {0: "coil", 1: "discrete", 3: "input", 4: "holding"}
 log = logging.getLogger("outpost.config")
+_INTEGER_RANGES = {"int16": (-(1 << 15), (1 << 15) - 1), "uint16": (0, (1 << 16) - 1),
+                   "int32": (-(1 << 31), (1 << 31) - 1), "uint32": (0, (1 << 32) - 1),
+                   "int64": (-(1 << 63), (1 << 63) - 1), "uint64": (0, (1 << 64) - 1)}
+_FLOAT_RANGE = (-1e15, 1e15)  # what a float register may write, before scale and offset
 
 
 class Rs485Config(Section):
@@ -139,6 +144,27 @@ class PointConfig(ReportFields):
     @property
     def size(self) -> int:
         return register_count(self.data_type, self.count)
+
+    def info(self) -> PointInfo:
+        """The point, family-neutral: an enum is its labels, a scaled integer a float."""
+        kind = self.data_type
+        if self.enum is not None:
+            return PointInfo(self.name, "string", self.unit, self.writable,
+                             tuple(sorted(self.enum.values())), device_class=self.device_class,
+                             state_class=self.state_class, label=self.label)
+        if kind in ("bool", "bit", "string"):
+            return PointInfo(self.name, "bool" if kind == "bit" else kind, self.unit,
+                             self.writable, device_class=self.device_class,
+                             state_class=self.state_class, label=self.label)
+        scaled = self.scale != 1 or self.offset or self.precision is not None
+        datatype = ("float32" if kind == "float32" else "float64") if scaled else kind
+        low, high = _INTEGER_RANGES.get(kind, _FLOAT_RANGE)
+        bounds = sorted((low * self.scale + self.offset, high * self.scale + self.offset))
+        return PointInfo(self.name, datatype, self.unit, self.writable, None,
+                         self.min if self.min is not None else bounds[0],
+                         self.max if self.max is not None else bounds[1],
+                         kind not in FLOAT_TYPES and self.scale == 1 and self.offset == 0,
+                         self.device_class, self.state_class, self.label)
 
     @model_validator(mode="after")
     def _consistent(self) -> PointConfig:
@@ -254,6 +280,11 @@ class DeviceConfig(Section):
                 raise ValueError(f"points.{i} {point.name!r}: {point.size} registers exceed "
                                  f"max_registers {limit}")
         return self
+
+    def describe(self) -> DeviceDescription:
+        """The device's points, family-neutral."""
+        return DeviceDescription(self.description or f"Modbus unit {self.unit_id}",
+                                 tuple(point.info() for point in self.points))
 
     def interval(self, group: str) -> float:
         """Seconds between two polls of a group."""

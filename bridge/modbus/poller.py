@@ -26,21 +26,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bridge.driver import Publish, StatusChange, WriteError
 from bridge.modbus import convert
 from bridge.modbus.bus import ModbusBus, TransactionError
 from bridge.modbus.config import DeviceConfig, PointConfig
 from bridge.modbus.frames import Request
 from bridge.modbus.plan import Read, Span, split_gaps
 from bridge.point import Value
-from bridge.report import Reporter, ReportPolicy
+from bridge.report import Reporter, point_reporter
 
 log = logging.getLogger("outpost.bridge.modbus")
-Publish = Callable[[str, bytes], None]  # (topic, payload) of a point value
-StatusChange = Callable[[str, bool], None]  # (device name, online)
-
-
-class WriteError(Exception):
-    """A write was refused or failed; the message goes to `.../set/result`."""
+__all__ = ["DevicePoller", "PointRuntime", "WriteError"]
 
 
 @dataclass(slots=True)
@@ -54,7 +50,7 @@ class PointRuntime:
 
 
 class DevicePoller:
-    """Polls one device on its bus and publishes its points."""
+    """Polls one device on its bus and publishes its points (a `bridge.driver.Device`)."""
 
     def __init__(self, device: DeviceConfig, bus: ModbusBus, prefix: str, publish: Publish,
                  status: StatusChange, wallclock: Callable[[], float] = time.time) -> None:
@@ -69,13 +65,23 @@ class DevicePoller:
         self.counters = bus.counters_for(device.unit_id)
         self.points: dict[str, PointRuntime] = {}
         for point in device.points:
-            policy = ReportPolicy.resolve(point.report, device.report, point.deadband,
-                                          point.deadband_percent,
-                                          point.heartbeat or device.heartbeat)
-            reporter = Reporter(f"{prefix}/{device.name}/{point.name}", point.unit, policy)
+            reporter = point_reporter(f"{prefix}/{device.name}/{point.name}", point,
+                                      device.report, device.heartbeat)
             self.points[point.name] = PointRuntime(point, device.value_spec(point),
                                                    device.span(point), reporter)
         self.plan: dict[str, list[Read]] = device.read_plan()
+
+    def reporters(self) -> list[Reporter]:
+        """The reporters of the device's points."""
+        return [point.reporter for point in self.points.values()]
+
+    def adopt(self, previous: object) -> None:
+        """A restarted poller starts afresh: its status is published at its first answer."""
+
+    def close(self) -> None:
+        """Drop the device's counters from its bus: a restarted device counts from zero."""
+        if self.bus.counters.get(self.device.unit_id) is self.counters:
+            self.bus.counters.pop(self.device.unit_id)
 
     async def run(self) -> None:
         """Poll forever (cancel to stop)."""

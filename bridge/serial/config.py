@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from bridge.driver import DeviceDescription, PointInfo
 from bridge.point import Name, ReportFields, Seconds, check_name, check_unique
 from bridge.serial.parse import NMEA_FIELD
 from gateway.base.settings import Section
@@ -140,6 +141,14 @@ class SerialDeviceConfig(Section):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def describe(self) -> DeviceDescription:
+        """The device's points, family-neutral (read-only: commands are not point values)."""
+        types = {"float": "float64", "coordinate": "float64", "int": "int64",
+                 "string": "string", "bool": "bool"}
+        return DeviceDescription(f"serial device on {self.device}",
+                                 tuple(PointInfo(p.name, types[p.type], p.unit)
+                                       for p in self.points))
 
     def framing_bytes(self) -> tuple[bytes, bytes, bytes]:
         """(delimiter, start, end) as bytes."""

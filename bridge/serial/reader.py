@@ -21,9 +21,9 @@ import struct
 import time
 from collections.abc import Callable
 
-from bridge.modbus.bus import Counters
+from bridge.driver import Counters, Publish, StatusChange, WriteError
 from bridge.modbus.convert import ValueSpec
-from bridge.report import Reporter, ReportPolicy
+from bridge.report import Reporter, point_reporter
 from bridge.serial.config import SerialDeviceConfig, SerialPointConfig
 from bridge.serial.framing import make_framer
 from bridge.serial.parse import (
@@ -39,21 +39,21 @@ from bridge.transport import ChannelClosedError, SerialChannel
 log = logging.getLogger("outpost.bridge.serial")
 
 
-class CommandError(Exception):
+class CommandError(WriteError):
     """A command could not be sent; the message goes to `.../set/result`."""
 
 
 class SerialLineDevice:
-    """One serial device: frames in, points out, commands back."""
+    """One serial device: frames in, points out, commands back (a `bridge.driver.Device`)."""
 
-    def __init__(self, config: SerialDeviceConfig, prefix: str,
-                 publish: Callable[[str, bytes], None], status: Callable[[str, bool], None],
-                 wallclock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: SerialDeviceConfig, prefix: str, publish: Publish,
+                 status: StatusChange, wallclock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.publish = publish
         self.status = status
         self.wallclock = wallclock
-        self.online = False  # the runtime publishes offline at start (a reload may carry over)
+        # The runtime publishes offline at start; a restarted reader carries over (`adopt`).
+        self.online: bool | None = False
         self.counters = Counters()
         self.channel = SerialChannel(config.device, config.baudrate, config.bytesize,
                                      config.parity, config.stopbits)
@@ -67,11 +67,8 @@ class SerialLineDevice:
             spec = ValueSpec("float64" if point.type != "int" else "int64", scale=point.scale,
                              offset=point.offset, precision=point.precision, minimum=point.min,
                              maximum=point.max)
-            policy = ReportPolicy.resolve(point.report, config.report, point.deadband,
-                                          point.deadband_percent,
-                                          point.heartbeat or config.heartbeat)
-            self.points.append((point, spec, Reporter(f"{prefix}/{config.name}/{point.name}",
-                                                      point.unit, policy)))
+            self.points.append((point, spec, point_reporter(
+                f"{prefix}/{config.name}/{point.name}", point, config.report, config.heartbeat)))
 
     async def run(self) -> None:
         """Read forever, reopening the port whenever it vanishes (cancel to stop)."""
@@ -184,6 +181,20 @@ class SerialLineDevice:
         except ChannelClosedError as exc:
             self.counters.exceptions += 1
             raise CommandError(f"port not open: {exc}") from None
+
+    def reporters(self) -> list[Reporter]:
+        """The reporters of the device's points."""
+        return [reporter for _, _, reporter in self.points]
+
+    def adopt(self, previous: object) -> None:
+        """A reader restarted by a reload keeps the state it had until the new one knows."""
+        if isinstance(previous, SerialLineDevice):
+            self.online = previous.online
+
+    async def write(self, name: str, value: object) -> tuple[object, list[int] | None]:
+        """A write is a command: `value` filled into its template."""
+        self.command(name, value)
+        return value, None
 
     def close(self) -> None:
         """Close the port."""

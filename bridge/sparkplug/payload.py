@@ -1,9 +1,11 @@
 """Sparkplug B payloads of the edge node: metric catalogue, encoding, command decoding (pure).
 
 Every bridged point is one metric of its device. Its Sparkplug datatype comes from the point's
-configuration: a Modbus integer type stays that type unless scale, offset or precision turn it
-into a Double; an enum is a String (the label); serial `float` / `coordinate` points are
-Doubles, `int` Int64. Aliases are numbered 1.. across all devices of the node in configuration
+family-neutral description (bridge/driver.py `PointInfo`): a Modbus integer type stays that
+type unless scale, offset or precision turn it into a Double; an enum is a String (the label);
+serial `float` / `coordinate` points are Doubles, `int` Int64; OPC UA points have the type they
+declare, DateTime, arrays and structures (and undeclared types) travel as Strings (ISO 8601,
+JSON). Aliases are numbered 1.. across all devices of the node in configuration
 order, so they are unique within the edge node as the specification requires; births carry
 name + alias + datatype (+ the engineering unit as the property `engUnit`), DATA messages the
 alias only.
@@ -26,16 +28,15 @@ bridge/sparkplug/sparkplug_b.proto` (grpcio-tools 1.76).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from bridge.config import BridgeConfig
-from bridge.modbus.config import DeviceConfig
-from bridge.modbus.convert import ConvertError, ValueSpec, encode
+from bridge.driver import PointInfo
 from bridge.point import Value
-from bridge.serial.config import SerialDeviceConfig
 from bridge.sparkplug.sparkplug_b_pb2 import Payload
 
 NAMESPACE: Final = "spBv1.0"
@@ -56,11 +57,11 @@ VALUE_FIELD: Final = {
     FLOAT: "float_value", DOUBLE: "double_value", BOOLEAN: "boolean_value",
     STRING: "string_value",
 }
-_MODBUS_TYPES = {"bool": BOOLEAN, "bit": BOOLEAN, "int16": INT16, "uint16": UINT16,
-                 "int32": INT32, "uint32": UINT32, "int64": INT64, "uint64": UINT64,
-                 "float32": FLOAT, "float64": DOUBLE, "string": STRING}
-_SERIAL_TYPES = {"float": DOUBLE, "coordinate": DOUBLE, "int": INT64, "string": STRING,
-                 "bool": BOOLEAN}
+# The bridge's neutral data types (bridge/driver.py DATATYPES) as Sparkplug datatypes.
+_DATATYPES = {"bool": BOOLEAN, "int8": INT8, "int16": INT16, "int32": INT32, "int64": INT64,
+              "uint8": UINT8, "uint16": UINT16, "uint32": UINT32, "uint64": UINT64,
+              "float32": FLOAT, "float64": DOUBLE, "string": STRING, "datetime": STRING,
+              "json": STRING}
 
 
 class CommandRefusedError(ValueError):
@@ -76,40 +77,19 @@ class MetricSpec:
     datatype: int
     unit: str | None
     writable: bool
-    value_spec: ValueSpec | None = None  # how a Modbus point encodes a written value
-
-
-def _modbus_metrics(device: DeviceConfig, alias: int) -> list[MetricSpec]:
-    metrics = []
-    for point in device.points:
-        if point.enum is not None:
-            datatype = STRING
-        elif point.scale != 1 or point.offset or point.precision is not None:
-            datatype = FLOAT if point.data_type == "float32" else DOUBLE
-        else:
-            datatype = _MODBUS_TYPES[point.data_type]
-        metrics.append(MetricSpec(point.name, alias, datatype, point.unit, point.writable,
-                                  device.value_spec(point)))
-        alias += 1
-    return metrics
-
-
-def _serial_metrics(device: SerialDeviceConfig, alias: int) -> list[MetricSpec]:
-    # Serial points are read-only here: their commands are named strings, not point values.
-    return [MetricSpec(point.name, alias + i, _SERIAL_TYPES[point.type], point.unit, False)
-            for i, point in enumerate(device.points)]
+    point: PointInfo | None = field(default=None, compare=False)  # what a write must fit
 
 
 def catalogue(bridge: BridgeConfig) -> dict[str, list[MetricSpec]]:
     """Device name -> its metrics, aliases unique across the node."""
     devices: dict[str, list[MetricSpec]] = {}
     alias = 1
-    for device in bridge.devices:
-        devices[device.name] = _modbus_metrics(device, alias)
-        alias += len(device.points)
-    for serial in bridge.serial:
-        devices[serial.name] = _serial_metrics(serial, alias)
-        alias += len(serial.points)
+    for device in bridge.device_configs():
+        metrics = devices[device.name] = []
+        for point in device.describe().points:
+            metrics.append(MetricSpec(point.name, alias, _DATATYPES[point.datatype], point.unit,
+                                      point.writable, point))
+            alias += 1
     return devices
 
 
@@ -119,7 +99,12 @@ def set_value(metric: Payload.Metric, datatype: int, value: Value) -> None:
         metric.is_null = True
         return
     field = VALUE_FIELD[datatype]
-    if datatype in _BITS:
+    if isinstance(value, list | dict):  # an array or structure: JSON in a String metric
+        if datatype == STRING:
+            metric.string_value = json.dumps(value, separators=(",", ":"))
+        else:
+            metric.is_null = True
+    elif datatype in _BITS:
         number = int(value) if not isinstance(value, str) else int(float(value))
         setattr(metric, field, number & ((1 << (32 if field == "int_value" else 64)) - 1))
     elif datatype in (FLOAT, DOUBLE):
@@ -174,9 +159,9 @@ def parse_command(metric: Payload.Metric, metrics: Iterable[MetricSpec]) -> tupl
         raise CommandRefusedError(f"{spec.name!r} is read-only")
     try:
         value = get_value(metric, spec.datatype)
-        if spec.value_spec is not None:
-            encode(spec.value_spec, value)  # refuses what the write would refuse
-    except (CommandRefusedError, ConvertError) as exc:
+        if spec.point is not None:
+            spec.point.check_write(value)  # refuses what the write would refuse
+    except ValueError as exc:
         raise CommandRefusedError(f"{spec.name!r}: {exc}") from None
     return spec.name, value
 

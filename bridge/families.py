@@ -1,0 +1,122 @@
+"""The device families of the driver interface (bridge/driver.py), side by side.
+
+How this works: each family's runtime side is a small class here; everything else a family
+has lives in its own package (bridge/modbus/, bridge/serial/, bridge/opcua/: configuration
+model, device, protocol). They sit here, above bridge/config.py, because a family reads its
+part of the `[bridge]` model, which imports every family's configuration model.
+
+- Modbus: one `ModbusBus` per `[[bridge.buses]]` entry (one lock per line, so devices on a
+  bus never interleave requests) and a `DevicePoller` per `[[bridge.devices]]` entry on its
+  bus. A device's `environment` is its bus's configuration: a reload that changes a bus
+  restarts its devices, and `configure` closes the changed bus and opens it again; an
+  unchanged bus keeps its connection.
+- Serial: a `SerialLineDevice` per `[[bridge.serial]]` entry, nothing shared.
+- OPC UA: an `OpcUaDevice` per `[[bridge.opcua]]` entry, each with its own sessions; the
+  shared certificate store lives under the state directory (bridge/opcua/pki.py). asyncua
+  takes seconds to import on a small board, so it is imported when the first OPC UA device
+  is opened, not by every gateway that has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from bridge.config import BridgeConfig
+from bridge.driver import Device, DeviceContext
+from bridge.modbus.bus import ModbusBus
+from bridge.modbus.config import BusConfig, DeviceConfig
+from bridge.modbus.poller import DevicePoller
+from bridge.opcua.config import OpcUaDeviceConfig
+from bridge.serial.config import SerialDeviceConfig
+from bridge.serial.reader import SerialLineDevice
+
+
+class ModbusFamily:
+    """Modbus RTU / TCP devices on their buses."""
+
+    kind = "modbus"
+
+    def __init__(self) -> None:
+        self.buses: dict[str, ModbusBus] = {}
+
+    def configs(self, bridge: BridgeConfig) -> Sequence[DeviceConfig]:
+        """`[[bridge.devices]]`."""
+        return bridge.devices
+
+    def environment(self, device: DeviceConfig, bridge: BridgeConfig) -> BusConfig | None:
+        """The device's bus."""
+        return next((bus for bus in bridge.buses if bus.name == device.bus), None)
+
+    def configure(self, bridge: BridgeConfig) -> None:
+        """Keep the unchanged buses, close the changed and removed ones, open the new ones."""
+        kept = {b.name: self.buses[b.name] for b in bridge.buses
+                if b.name in self.buses and self.buses[b.name].config == b}
+        for name, bus in self.buses.items():
+            if kept.get(name) is not bus:
+                bus.channel.close()
+        self.buses = {b.name: kept.get(b.name) or ModbusBus(b) for b in bridge.buses}
+
+    def open(self, device: DeviceConfig, context: DeviceContext) -> DevicePoller:
+        """A poller for the device on its bus."""
+        return DevicePoller(device, self.buses[device.bus], context.prefix, context.publish,
+                            context.status, context.wallclock)
+
+    def close(self) -> None:
+        """Close every bus."""
+        for bus in self.buses.values():
+            bus.channel.close()
+
+
+class SerialFamily:
+    """Devices on their own serial port that send lines or frames."""
+
+    kind = "serial"
+
+    def configs(self, bridge: BridgeConfig) -> Sequence[SerialDeviceConfig]:
+        """`[[bridge.serial]]`."""
+        return bridge.serial
+
+    def environment(self, device: SerialDeviceConfig, bridge: BridgeConfig) -> None:
+        """Nothing beyond the device's own configuration."""
+
+    def configure(self, bridge: BridgeConfig) -> None:
+        """Nothing shared between serial devices."""
+
+    def open(self, device: SerialDeviceConfig, context: DeviceContext) -> SerialLineDevice:
+        """A reader of the device's port."""
+        return SerialLineDevice(device, context.prefix, context.publish, context.status,
+                                context.wallclock)
+
+    def close(self) -> None:
+        """Nothing shared to close (each reader closes its own port)."""
+
+
+class OpcUaFamily:
+    """OPC UA servers, each a device."""
+
+    kind = "opcua"
+
+    def __init__(self, state_dir: Path | None) -> None:
+        self.state_dir = state_dir
+
+    def configs(self, bridge: BridgeConfig) -> Sequence[OpcUaDeviceConfig]:
+        """`[[bridge.opcua]]`."""
+        return bridge.opcua
+
+    def environment(self, device: OpcUaDeviceConfig, bridge: BridgeConfig) -> None:
+        """Nothing beyond the device's own configuration."""
+
+    def configure(self, bridge: BridgeConfig) -> None:
+        """Nothing shared to open."""
+
+    def open(self, device: OpcUaDeviceConfig, context: DeviceContext) -> Device:
+        """A device that opens its own sessions."""
+        from bridge.opcua.device import OpcUaDevice  # noqa: PLC0415 (optional, slow import)
+        from bridge.opcua.pki import Pki  # noqa: PLC0415
+
+        pki = Pki(self.state_dir / "opcua") if self.state_dir is not None else None
+        return OpcUaDevice(device, context, pki)
+
+    def close(self) -> None:
+        """Nothing shared to close."""

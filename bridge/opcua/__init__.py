@@ -1,0 +1,1 @@
+"""OPC UA servers as bridge devices (asyncua): subscriptions, security, reconnect."""
