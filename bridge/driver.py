@@ -117,9 +117,11 @@ class PointInfo:
             raise ValueError(f"{value!r} is not a number")
         if (self.minimum is not None and value < self.minimum) or (
                 self.maximum is not None and value > self.maximum):
-            raise ValueError(f"{value} is outside [{self.minimum}, {self.maximum}]")
+            low = "-inf" if self.minimum is None else f"{self.minimum:g}"
+            high = "inf" if self.maximum is None else f"{self.maximum:g}"
+            raise ValueError(f"{value:g} is outside [{low}, {high}]")
         if self.integral and value != int(value):
-            raise ValueError(f"{value} is not a whole number")
+            raise ValueError(f"{value:g} is not a whole number")
 
 
 @dataclass(frozen=True, slots=True)
