@@ -31,6 +31,8 @@ from gateway.broker.net.server import Server
 from outpost.config import Config, command_local_topics
 from outpost.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
 from outpost.reload import Reloader
+from outpost.remote_config import RemoteConfigService, build_remote_config
+from outpost.remote_config_health import HealthProbe
 from outpost.remote_update import RemoteUpdateService
 from outpost.status import StatusProvider
 from outpost.update_command import Spool
@@ -111,6 +113,7 @@ async def serve(
     reload_config: Callable[[], Config] | None = None,
     stop_timeout: float = STOP_TIMEOUT,
     hard_exit: bool = False,
+    config_path: Path | None = None,
 ) -> None:
     """Run the broker until `stop` is set (or SIGINT/SIGTERM when `stop` is None).
 
@@ -155,6 +158,10 @@ async def serve(
     remote_update = build_remote_update(config, state_dir, uplink)
     if remote_update is not None:
         remote_update.start(broker)
+    remote_config = _remote_config(config, config_path, state_dir, uplink, daemon, server,
+                                   bridge)
+    if remote_config is not None:
+        remote_config.start(broker)
     for name, part, section in (("bridge", bridge, "devices"), ("uplink", uplink, "uplink")):
         if isinstance(part, StatusProvider):  # has status(): replaces the topic watcher's view
             daemon.board.add_provider(section, part)
@@ -176,9 +183,30 @@ async def serve(
             await extra.stop()
         if remote_update is not None:
             await remote_update.stop()
+        if remote_config is not None:
+            await remote_config.stop()
         if uplink is not None:
             await uplink.stop()
         await server.stop()
+
+
+def _remote_config(config: Config, config_path: Path | None, state_dir: Path | None,
+                   uplink: UplinkService | None, daemon: Daemon, server: Server,
+                   bridge: Bridge | None) -> RemoteConfigService | None:
+    """Remote configuration (outpost/remote_config.py): applied by the daemon's reload."""
+    if uplink is None:
+        return None
+
+    def apply() -> list[str]:
+        applied = daemon.reload()
+        return list(daemon.reloader.last_problems) or ([] if applied else ["refused"])
+
+    health = HealthProbe(lambda: list(server.bound), uplink.status,
+                         bridge.status if bridge is not None else None)
+    topic = config.remote_config.remote_command_topic(config.gateway_id)
+    return build_remote_config(config, config_path, state_dir or config.storage.state_dir,
+                               uplink.publish_gateway_status, apply, health,
+                               command_local_topics(config.uplink, topic))
 
 
 class Interop(Protocol):
@@ -221,13 +249,15 @@ def run(
     config: Config,
     state_dir: Path | None = None,
     reload_config: Callable[[], Config] | None = None,
+    config_path: Path | None = None,
 ) -> int:
     """Blocking entry point used by `outpost run` (`reload_config`: what SIGHUP re-reads)."""
     setup_logging(logging.getLogger().level)  # journald under systemd, else stderr
     loop_name = install_event_loop_policy()
     log.info("starting outpost (%s event loop)", loop_name)
     try:
-        asyncio.run(serve(config, state_dir, reload_config=reload_config, hard_exit=True))
+        asyncio.run(serve(config, state_dir, reload_config=reload_config, hard_exit=True,
+                          config_path=config_path))
     except OSError as exc:
         print(f"outpost: cannot start: {exc}", file=sys.stderr)
         return 1

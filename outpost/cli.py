@@ -92,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bridge_cli.add_parser(sub)  # outpost modbus plan|probe
     _add_update_parser(sub)
+    _add_config_parser(sub)
 
     db = sub.add_parser("db", help="inspect, back up or compact the store "
                         "(all but vacuum safe on a live broker)")
@@ -161,6 +162,65 @@ def _add_update_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
                         help="seconds the check may take to pass (default 120)")
     health.add_argument("--no-reboot", action="store_true",
                         help="mark the slot bad on failure, but do not reboot")
+
+
+def _add_config_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    config = sub.add_parser("config", help="the versions of outpost.toml kept in the state "
+                            "directory: history, show one, roll back")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    for name, text in (("history", "every kept version: number, time, source, result"),
+                       ("show", "the text of one version"),
+                       ("rollback", "write an earlier version again (default: the previous "
+                        "applied one); then reload: systemctl reload outpost")):
+        cmd = config_sub.add_parser(name, help=text)
+        cmd.add_argument("--config", type=Path, help=f"default: {DEFAULT_CONFIG}")
+        cmd.add_argument("--state-dir", type=Path, help="default: [storage] state_dir of the "
+                         f"configuration, else {DEFAULT_STATE_DIR}")
+        if name == "history":
+            cmd.add_argument("--json", action="store_true", help="print JSON")
+        elif name == "show":
+            cmd.add_argument("version", type=int)
+        else:
+            cmd.add_argument("version", type=int, nargs="?", help="the version to restore")
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """`outpost config history|show|rollback`: thin calls into outpost.config_store."""
+    import json
+
+    from outpost.config_store import ConfigStore, ConfigStoreError
+
+    path = args.config or DEFAULT_CONFIG
+    state_dir = args.state_dir
+    if state_dir is None:
+        try:
+            state_dir = load_config(path).storage.state_dir or DEFAULT_STATE_DIR
+        except ConfigError:
+            state_dir = DEFAULT_STATE_DIR  # the history is all the more wanted then
+    store = ConfigStore(path, state_dir)
+    try:
+        if args.config_command == "history":
+            versions = store.history()
+            if args.json:
+                print(json.dumps([v.as_dict() for v in versions], indent=2))
+                return 0
+            running = store.current().version
+            for v in versions:
+                mark = "*" if v.number == running else " "
+                reason = f"  {v.reason}" if v.reason else ""
+                print(f"{mark}{v.number:>5}  {v.time}  {v.sha256[:12]}  {v.source:<20} "
+                      f"{v.result}{reason}")
+            return 0
+        if args.config_command == "show":
+            sys.stdout.write(store.show(args.version))
+            return 0
+        restored = store.rollback(to=args.version, reason="rolled back by hand")
+        print(f"{path}: version {restored.number} written ({restored.source}); apply it "
+              "with: systemctl reload outpost")
+        return 0
+    except ConfigStoreError as exc:
+        print(f"outpost config: {exc}", file=sys.stderr)
+        return 1
 
 
 def cmd_update(args: argparse.Namespace) -> int:
@@ -247,7 +307,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             fresh = fresh.model_copy(update={"storage": storage})
         return fresh
 
-    return run(config, args.state_dir, reload_config if args.config is not None else None)
+    return run(config, args.state_dir, reload_config if args.config is not None else None,
+               args.config)
 
 
 def config_path(given: Path | None) -> Path | None:
@@ -453,5 +514,6 @@ def main(argv: list[str] | None = None) -> int:
         "status": cmd_status,
         "modbus": cmd_modbus,
         "update": cmd_update,
+        "config": cmd_config,
     }
     return handlers[args.command](args)
