@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -231,3 +232,50 @@ def test_a_configuration_that_breaks_the_uplink_rolls_back_by_itself(
         queued.disconnect()
         queued.loop_stop()
     assert sorted(int(g) for g in got) == list(range(25))
+
+
+def test_the_cloud_command_sends_to_a_pattern_and_shows_each_result(
+        cloud: Mosquitto, keys: tuple[Path, Path], gateway: tuple[BrokerProcess, Path, Path],
+        tmp_path: Path) -> None:
+    """`python -m cloud_spark.fleet config send` as docs/operations.md shows it: the gateways
+    found by their status topic, a template with {gateway_id}, one line per gateway."""
+    _, config, _ = gateway
+    template = tmp_path / "template.toml"
+    template.write_text(gateway_config(cloud.port, keys[1], "[limits]\nmax_inflight = 9\n")
+                        .replace("site7", "{gateway_id}"), encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, "-m", "cloud_spark.fleet", "config", "send", "--broker",
+         f"127.0.0.1:{cloud.port}", "--gateway", "site*", "--config", str(template),
+         "--signing-key", str(keys[0]), "--wait", "60"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "to 1 gateway(s)" in out.stdout
+    assert " applied after " in out.stdout.splitlines()[-1]
+    assert out.stdout.splitlines()[-1].startswith("site7  version ")
+    assert "max_inflight = 9" in config.read_text(encoding="utf-8")
+
+
+def test_history_show_and_rollback_by_hand(
+        cloud: Mosquitto, keys: tuple[Path, Path], gateway: tuple[BrokerProcess, Path, Path],
+        session: CloudSession) -> None:
+    """`outpost config history|show|rollback` on the device, as docs/operations.md shows."""
+    process, config, state = gateway
+    original = config.read_text(encoding="utf-8")
+    new = gateway_config(cloud.port, keys[1], "[limits]\nmax_inflight = 17\n")
+    [result] = send_config(session, ["site7"], new, keys[0], 5, "r5", 60)
+    assert result.state == "applied"
+
+    def outpost(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "outpost", "config", *args, "--config",
+                              str(config), "--state-dir", str(state)],
+                             capture_output=True, text=True, cwd=ROOT, check=True)
+        return out.stdout
+
+    lines = outpost("history").splitlines()
+    assert lines[0].split()[:4] == ["1", lines[0].split()[1], sha256_text(original)[:12], "hand"]
+    assert lines[1].startswith("*") and "remote:5" in lines[1] and "applied" in lines[1]
+    assert outpost("show", "1") == original
+    assert "version 3 written (rollback:1)" in outpost("rollback")
+    assert config.read_text(encoding="utf-8") == original
+    process.process.send_signal(signal.SIGHUP)  # systemctl reload outpost
+    wait_for(lambda: "reload: limits.max_inflight: 17 -> " in process.log())
