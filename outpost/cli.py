@@ -140,6 +140,8 @@ def _add_update_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     install.add_argument("--sha256", help="the bundle's expected sha256 (hex)")
     install.add_argument("--no-reboot", action="store_true",
                          help="install, but leave the reboot into the new slot for later")
+    install.add_argument("--allow-downgrade", action="store_true",
+                         help="install a bundle older than the running version")
     request = update_sub.add_parser(
         "run-request", help="install the request the gateway spooled from a remote update "
         "command (outpost-update.service runs this as root), report into the spool")
@@ -234,7 +236,8 @@ def cmd_update(args: argparse.Namespace) -> int:
     try:
         if args.update_command == "install":
             info = update.install(args.source, device, say, ca_file=args.ca_file,
-                                  sha256=args.sha256, reboot=not args.no_reboot)
+                                  sha256=args.sha256, reboot=not args.no_reboot,
+                                  allow_downgrade=args.allow_downgrade)
             say(f"installed {info.version}")
             return 0
         if args.update_command == "status":

@@ -34,6 +34,7 @@ from gateway.broker.core.message import Message
 from gateway.broker.engine.broker import Broker
 from gateway.broker.engine.links import Link
 from outpost import __version__
+from outpost.update import release_version
 from outpost.update_command import (
     REFUSED_SUBTOPIC,
     STATUS_SUBTOPIC,
@@ -50,21 +51,8 @@ log = logging.getLogger("outpost.update")
 
 CLIENT_ID = "$outpost-remote-update"
 POLL_INTERVAL = 1.0  # seconds between looks at the spool's files
-RELEASE_FILE = Path("/usr/lib/outpost/release")  # the image's version (image/build.sh)
 
 Report = Callable[[str, bytes, bool], None]  # (subtopic, payload, retain)
-
-
-def release_version(path: Path = RELEASE_FILE) -> str | None:
-    """The image's version (VERSION+BUILD of its release file), None off the image."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return None
-    facts = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-    version = facts.get("VERSION", "")
-    build = facts.get("BUILD", "")
-    return f"{version}+{build}" if version and build else version or None
 
 
 class RemoteUpdateService:
@@ -143,7 +131,8 @@ class RemoteUpdateService:
             return
         try:
             write_json(self.spool.request, {"id": command.id, "url": command.url,
-                                            "sha256": command.sha256, "accepted": now_text()})
+                                            "sha256": command.sha256, "accepted": now_text(),
+                                            "allow_downgrade": command.allow_downgrade})
         except OSError as exc:
             self._refuse(command.id, f"cannot write {self.spool.request}: {exc.strerror}")
             return

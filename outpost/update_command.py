@@ -99,13 +99,15 @@ class CommandError(ValueError):
 
 
 class UpdateCommand(BaseModel):
-    """`{"url": "https://...", "sha256": "<64 hex>", "id": "<the sender's request id>"}`."""
+    """`{"url": "https://...", "sha256": "<64 hex>", "id": "<the sender's request id>"}`,
+    and `"allow_downgrade": true` to install a bundle older than the running version."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: Annotated[str, Field(max_length=2048)]
     sha256: str
     id: str
+    allow_downgrade: bool = False  # a bundle older than the running version installs only so
 
     @field_validator("url")
     @classmethod
