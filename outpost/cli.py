@@ -93,6 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
     bridge_cli.add_parser(sub)  # outpost modbus plan|probe
     _add_update_parser(sub)
     _add_config_parser(sub)
+    enroll = sub.add_parser("enroll", help="first contact: make this gateway's key pair, get "
+                            "its certificate from the fleet's enrollment service, write its "
+                            "configuration")
+    enroll.add_argument("--provisioning", type=Path, required=True,
+                        help="the batch's provisioning file")
+    enroll.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+                        help=f"where the identity is kept (default {DEFAULT_STATE_DIR})")
+    enroll.add_argument("--config", type=Path, help="write the provisioning template here "
+                        "once enrolled (e.g. /etc/outpost/outpost.toml)")
+    enroll.add_argument("--give-up-after", type=float, metavar="SECONDS",
+                        help="stop trying after this long (default: keep trying)")
 
     db = sub.add_parser("db", help="inspect, back up or compact the store "
                         "(all but vacuum safe on a live broker)")
@@ -223,6 +234,33 @@ def cmd_config(args: argparse.Namespace) -> int:
     except ConfigStoreError as exc:
         print(f"outpost config: {exc}", file=sys.stderr)
         return 1
+
+
+def cmd_enroll(args: argparse.Namespace) -> int:
+    """`outpost enroll`: a thin call into outpost.enroll (exit 3: refused, 1: not reached)."""
+    from outpost.enroll import (
+        CloudUnavailableError,
+        EnrollmentRefusedError,
+        enroll,
+        load_provisioning,
+    )
+    from outpost.enroll_identity import IdentityError
+
+    try:
+        provisioning = load_provisioning(args.provisioning)
+    except ConfigError as exc:
+        _print_config_errors(exc)
+        return 2
+    try:
+        enroll(provisioning, args.state_dir, args.config, lambda line: print(line, flush=True),
+               args.give_up_after)
+    except EnrollmentRefusedError as exc:
+        print(f"outpost enroll: refused by the enrollment service: {exc}", file=sys.stderr)
+        return 3
+    except (CloudUnavailableError, IdentityError) as exc:
+        print(f"outpost enroll: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_update(args: argparse.Namespace) -> int:
@@ -518,5 +556,6 @@ def main(argv: list[str] | None = None) -> int:
         "modbus": cmd_modbus,
         "update": cmd_update,
         "config": cmd_config,
+        "enroll": cmd_enroll,
     }
     return handlers[args.command](args)

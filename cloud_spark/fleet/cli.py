@@ -7,10 +7,14 @@ the work (signing.py, config_send.py, enrollment), and prints one line per gatew
 from __future__ import annotations
 
 import argparse
+import datetime
 import logging
 import os
+import secrets
+import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +27,8 @@ from cloud_spark.fleet.config_send import (
     find_gateways,
     send_config,
 )
+from cloud_spark.fleet.enroll_service import load, serve
+from cloud_spark.fleet.enrollment import Registry
 from cloud_spark.fleet.signing import generate_key
 
 
@@ -79,7 +85,55 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--wait", type=float, default=300.0, help="seconds to wait for results")
     send.add_argument("--status-prefix", default=DEFAULT_STATUS_PREFIX)
     send.add_argument("--command-topic", default=DEFAULT_COMMAND_TOPIC)
+    token = sub.add_parser("token", help="claim tokens for a batch of new gateways")
+    token_sub = token.add_subparsers(dest="token_command", required=True)
+    add = token_sub.add_parser("add", help="a new claim token (printed)")
+    add.add_argument("--registry", type=Path, required=True, help="the enrollment registry "
+                     "(JSON: tokens, enrolled devices)")
+    add.add_argument("--token", help="the token (default: 32 random hex digits)")
+    add.add_argument("--uses", type=int, required=True, help="how many gateways it may enroll")
+    add.add_argument("--valid-days", type=float, default=30.0, help="until it expires")
+    add.add_argument("--allow", action="append", default=[], metavar="PATTERN",
+                     help="gateway ids it may enroll (fnmatch, repeatable; default all)")
+    enroll = sub.add_parser("enroll", help="the enrollment service")
+    enroll_sub = enroll.add_subparsers(dest="enroll_command", required=True)
+    serve = enroll_sub.add_parser("serve", help="answer enrollment and renewal requests")
+    add_broker_options(serve)
+    serve.add_argument("--registry", type=Path, required=True)
+    serve.add_argument("--ca-cert", type=Path, required=True, help="the fleet CA (PEM)")
+    serve.add_argument("--ca-key", type=Path, required=True, help="its private key (PEM)")
+    serve.add_argument("--cert-lifetime", type=float, default=365 * 24 * 3600.0,
+                       metavar="SECONDS", help="how long a device certificate is valid")
+    revoke = enroll_sub.add_parser("revoke", help="refuse a gateway's renewals from now on")
+    revoke.add_argument("--registry", type=Path, required=True)
+    revoke.add_argument("gateway_id")
     return parser
+
+
+def cmd_token_add(args: argparse.Namespace) -> int:
+    token = args.token or secrets.token_hex(16)
+    expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=args.valid_days)
+    Registry(args.registry).add_token(token, args.uses, expires, args.allow)
+    print(f"token {token}: {args.uses} gateway(s) until {expires:%Y-%m-%dT%H:%M:%SZ}, "
+          f"allowed: {', '.join(args.allow) or '*'}")
+    return 0
+
+
+def cmd_enroll_serve(args: argparse.Namespace) -> int:
+    registry, ca = load(args.registry, args.ca_cert, args.ca_key, args.cert_lifetime)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    serve(broker_options(args, "enroll"), registry, ca, stop)
+    return 0
+
+
+def cmd_enroll_revoke(args: argparse.Namespace) -> int:
+    if not Registry(args.registry).revoke(args.gateway_id):
+        print(f"{args.gateway_id} is not enrolled", file=sys.stderr)
+        return 1
+    print(f"{args.gateway_id} revoked: its renewals are refused")
+    return 0
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
@@ -114,5 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers: dict[Any, Any] = {
         ("keygen", None): cmd_keygen,
         ("config", "send"): cmd_config_send,
+        ("token", "add"): cmd_token_add,
+        ("enroll", "serve"): cmd_enroll_serve,
+        ("enroll", "revoke"): cmd_enroll_revoke,
     }
     return int(handlers[(args.command, getattr(args, f"{args.command}_command", None))](args))
