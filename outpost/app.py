@@ -28,6 +28,7 @@ from gateway.broker.contracts.hooks import BrokerHooks, HookChain
 from gateway.broker.engine.broker import Broker
 from gateway.broker.net.security_files import load_security
 from gateway.broker.net.server import Server
+from outpost.certificate_watch import CertificateWatch, renew_over_mqtt
 from outpost.config import Config, command_local_topics
 from outpost.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
 from outpost.reload import Reloader
@@ -162,6 +163,10 @@ async def serve(
                                    bridge)
     if remote_config is not None:
         remote_config.start(broker)
+    certificate = _certificate_watch(config, uplink)
+    if certificate is not None:
+        certificate.start()
+        daemon.board.add_provider("certificate", certificate)
     for name, part, section in (("bridge", bridge, "devices"), ("uplink", uplink, "uplink")):
         if isinstance(part, StatusProvider):  # has status(): replaces the topic watcher's view
             daemon.board.add_provider(section, part)
@@ -185,6 +190,8 @@ async def serve(
             await remote_update.stop()
         if remote_config is not None:
             await remote_config.stop()
+        if certificate is not None:
+            await certificate.stop()
         if uplink is not None:
             await uplink.stop()
         await server.stop()
@@ -207,6 +214,19 @@ def _remote_config(config: Config, config_path: Path | None, state_dir: Path | N
     return build_remote_config(config, config_path, state_dir or config.storage.state_dir,
                                uplink.publish_gateway_status, apply, health,
                                command_local_topics(config.uplink, topic))
+
+
+def _certificate_watch(config: Config, uplink: UplinkService | None
+                       ) -> CertificateWatch | None:
+    """The device certificate's expiry and renewal (outpost/certificate_watch.py), when
+    `[certificate] cert_file` is set; renewed at the uplink's first address by default."""
+    if config.certificate.cert_file is None:
+        return None
+    remotes = config.uplink.remotes if config.uplink.enabled else []
+    cloud = remotes[0].addresses[0] if remotes and remotes[0].addresses else None
+    return CertificateWatch(config.certificate, config.gateway_id, cloud,
+                            uplink.publish_gateway_status if uplink is not None else None,
+                            renew_over_mqtt)
 
 
 class Interop(Protocol):

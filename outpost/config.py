@@ -1,5 +1,5 @@
 """The whole configuration file: the broker's sections plus storage, status, bridge, uplink,
-remote_update, remote_config, sparkplug and homeassistant.
+remote_update, remote_config, certificate, sparkplug and homeassistant.
 
 `load_config` returns a `Config` or raises `ConfigError` listing every problem with its key path.
 Each package owns its section's model; this module only aggregates them.
@@ -25,6 +25,7 @@ from gateway.base.settings import ConfigError, Section, format_errors
 from gateway.broker.codec.topics import topic_matches
 from gateway.broker.contracts.config import BrokerConfig
 from gateway.broker.contracts.passwords import PasswordFileError, parse_password_text
+from outpost.certificate_watch import CertificateConfig
 from outpost.remote_config_document import RemoteConfigConfig
 from outpost.update_command import RemoteUpdateConfig
 from storage.config import StorageConfig
@@ -108,6 +109,7 @@ class Config(BrokerConfig):
     uplink: UplinkConfig = UplinkConfig()
     remote_update: RemoteUpdateConfig = RemoteUpdateConfig()
     remote_config: RemoteConfigConfig = RemoteConfigConfig()
+    certificate: CertificateConfig = CertificateConfig()
     sparkplug: SparkplugConfig = SparkplugConfig()
     homeassistant: HomeAssistantConfig = HomeAssistantConfig()
 

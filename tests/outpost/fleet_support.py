@@ -144,4 +144,14 @@ tls = {{ ca_file = "{{ca_file}}", cert_file = "{{cert_file}}", key_file = "{{key
 
 [[uplink.inbound]]
 filter = "outpost-cmd/{{gateway_id}}/#"
+
+[[uplink.forward]]
+filter = "fleet/#"
+remote = "cloud"
+topic = {{ strip = "fleet/", prefix = "fleet/{{gateway_id}}/" }}
+
+[certificate]
+cert_file = "{{cert_file}}"
+key_file = "{{key_file}}"
+ca_file = "{{ca_file}}"
 {extra}"""
