@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +32,14 @@ def test_keygen_makes_a_key_pair_once(tmp_path: Path) -> None:
     assert (keys / "fleet-1.key").stat().st_mode & 0o777 == 0o600
     again = fleet("keygen", "--out", str(keys), "--key-id", "fleet-1")
     assert again.returncode != 0 and "never overwritten" in again.stderr
+
+
+def test_token_add_records_a_token(tmp_path: Path) -> None:
+    registry = tmp_path / "registry.json"
+    out = fleet("token", "add", "--registry", str(registry), "--uses", "200", "--valid-days",
+                "30", "--allow", "plant-*")
+    assert out.returncode == 0, out.stderr
+    token = out.stdout.split()[1].rstrip(":")
+    entry = json.loads(registry.read_text())["tokens"][token]
+    assert (entry["max_uses"], entry["allow"], entry["enrolled"]) == (200, ["plant-*"], [])
+    assert "200 gateway(s) until " in out.stdout and "allowed: plant-*" in out.stdout
