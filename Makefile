@@ -17,7 +17,7 @@ STAMP := $(VENV)/.installed-stamp
 # registry, never a download of its own). Each feature adds its folder with a line of its own.
 NPM_DIRS :=
 
-.PHONY: demo test test-loaded lint typecheck unit soak bench system-packages node-packages clean
+.PHONY: demo test test-loaded lint typecheck unit soak fleet-test bench system-packages node-packages clean
 
 # system-packages first (order only): systemd-python in the dev extras builds against libsystemd.
 $(STAMP): pyproject.toml | system-packages
@@ -83,6 +83,11 @@ test-loaded: $(STAMP) system-packages node-packages lint typecheck
 
 soak: $(STAMP) system-packages
 	$(PY) -m pytest -q -m soak
+
+# Twenty gateways enroll against a TLS mosquitto, take a remote configuration, one rolls back;
+# the fleet table from the Spark jobs (tests/outpost/test_fleet.py; several minutes).
+fleet-test: $(STAMP) system-packages
+	$(PY) -m pytest -q -s -m fleet tests/outpost/test_fleet.py
 
 bench: $(STAMP) system-packages
 	$(PY) -m bench.compare

@@ -5,7 +5,8 @@ one `outpost enroll` got), its key and the fleet CA. `CertificateWatch` reads th
 every `check_interval` seconds and publishes what it finds: a status section ("certificate":
 subject, serial, not_after, seconds left, state) for the status page, `/metrics` and
 `outpost status`, and, retained, `<status_topic>/certificate` through the uplink. Once fewer
-than `renew_before` seconds are left it renews: a new key pair and CSR, sent over a short
+than `renew_before` seconds are left (or half its lifetime, for a certificate that lives less
+than twice that) it renews: a new key pair and CSR, sent over a short
 connection of its own to the cloud broker (authenticated by the current certificate, on
 `outpost-enroll/renew/<gateway_id>`), and the new certificate, once checked, replaces the old
 one with its key (each file atomically, the key first). The uplink's connection is not
@@ -87,10 +88,12 @@ def describe(pem: bytes, now: datetime.datetime) -> dict[str, Any]:
     cert = x509.load_pem_x509_certificate(pem)
     left = (cert.not_valid_after_utc - now).total_seconds()
     names = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+    lifetime = (cert.not_valid_after_utc - cert.not_valid_before_utc).total_seconds()
     return {"subject": str(names[0].value) if names else "",
             "serial": f"{cert.serial_number:x}",
             "not_after": f"{cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}",
-            "expires_in_s": round(left, 1), "expired": left <= 0}
+            "expires_in_s": round(left, 1), "lifetime_s": round(lifetime, 1),
+            "expired": left <= 0}
 
 
 class CertificateWatch:
@@ -141,8 +144,11 @@ class CertificateWatch:
     async def check(self) -> None:
         """Renew when due; publish the status when it changed."""
         status = self.status()
-        left = status.get("expires_in_s")
-        due = isinstance(left, int | float) and left < self.config.renew_before
+        left, lifetime = status.get("expires_in_s"), status.get("lifetime_s")
+        # Renewed at `renew_before`, or half-way through a shorter-lived certificate (a
+        # certificate that lives less than `renew_before` would be renewed at every check).
+        due = isinstance(left, int | float) and isinstance(lifetime, int | float) and (
+            left < min(self.config.renew_before, lifetime / 2))
         if due and self.config.renew and self.state != "revoked":
             await self._renew()
             status = self.status()

@@ -33,7 +33,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bridge.uplink.hook import INBOUND_CLIENT_ID
 from gateway.base.settings import ConfigError
 from gateway.broker.core.log_sampling import clip, worth_logging
 from gateway.broker.core.message import Message
@@ -50,6 +49,7 @@ from outpost.remote_config_document import (
     parse_signed,
 )
 from outpost.remote_config_health import Before, HealthProbe
+from outpost.remote_update import published_by_uplink
 from outpost.update_command import now_text, read_json, write_json
 
 log = logging.getLogger("outpost.remote_config")
@@ -131,11 +131,8 @@ class RemoteConfigService:
         # As for update commands: whether the publisher is the uplink's inbound link is
         # decided now, while it is connected; the work happens after the publish.
         assert self._loop is not None and self.broker is not None
-        session = self.broker.sessions.get(message.origin or "")
-        connection = session.connection if session is not None else None
-        from_uplink = (message.origin == INBOUND_CLIENT_ID and connection is not None
-                       and connection.listener == "link")
-        self._loop.call_soon(self.handle, message.payload, from_uplink, message.origin)
+        self._loop.call_soon(self.handle, message.payload,
+                             published_by_uplink(self.broker, message), message.origin)
 
     # -- one message -----------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -34,9 +34,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from gateway.base.config_paths import existing_file
-from gateway.base.settings import Section
-from gateway.broker.codec.errors import MQTTProtocolError
-from gateway.broker.codec.topics import validate_topic_name
+from outpost.update_command import CommandSection
 
 DEFAULT_COMMAND_TOPIC = "outpost-cmd/{gateway_id}/config"
 STATUS_SUBTOPIC = "config"  # <status topic>/config: retained, the latest document's fate
@@ -45,15 +43,11 @@ _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
-class RemoteConfigConfig(Section):
+class RemoteConfigConfig(CommandSection):
     """The `[remote_config]` section: configurations sent from the cloud, signed."""
 
-    enabled: bool = False
-    command_topic: str | None = Field(
-        default=None,
-        description='the topic on the remote broker the cloud publishes configurations to; '
-        'default "outpost-cmd/<gateway_id>/config"; an [[uplink.inbound]] rule must bring it in',
-    )
+    DEFAULT_TOPIC: ClassVar[str] = DEFAULT_COMMAND_TOPIC
+
     keyring: Path | None = Field(
         default=None, description="folder of the public keys (ed25519, PEM) a configuration "
         "may be signed with; the file name without .pem is the key id; required when enabled",
@@ -65,16 +59,6 @@ class RemoteConfigConfig(Section):
         "configuration to be healthy again (listeners, uplink, devices) before it rolls back")
     keep: Annotated[int, Field(ge=2, le=1000)] = Field(
         default=20, description="configuration versions kept in the state directory")
-
-    @field_validator("command_topic")
-    @classmethod
-    def _topic(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                validate_topic_name(value)
-            except MQTTProtocolError as exc:
-                raise ValueError(exc.reason) from None
-        return value
 
     @field_validator("keyring")
     @classmethod
@@ -91,18 +75,6 @@ class RemoteConfigConfig(Section):
         for key in keys:
             load_key(existing_file(key, info))  # a bad key fails here, at load time
         return folder
-
-    def remote_command_topic(self, gateway_id: str) -> str:
-        """The command topic on the remote; ValueError when the default cannot be made."""
-        if self.command_topic is not None:
-            return self.command_topic
-        topic = DEFAULT_COMMAND_TOPIC.format(gateway_id=gateway_id)
-        try:
-            validate_topic_name(topic)
-        except MQTTProtocolError as exc:
-            raise ValueError(f"the default command topic {topic!r}: {exc.reason} "
-                             "(set command_topic)") from None
-        return topic
 
 
 class DocumentError(ValueError):

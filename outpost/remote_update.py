@@ -55,6 +55,16 @@ POLL_INTERVAL = 1.0  # seconds between looks at the spool's files
 Report = Callable[[str, bytes, bool], None]  # (subtopic, payload, retain)
 
 
+def published_by_uplink(broker: Broker, message: Message) -> bool:
+    """Whether the uplink's inbound link published `message` (asked while the publisher is
+    still connected): a network client may choose the link's client id, but it is not the
+    in-process link."""
+    session = broker.sessions.get(message.origin or "")
+    connection = session.connection if session is not None else None
+    return (message.origin == INBOUND_CLIENT_ID and connection is not None
+            and connection.listener == "link")
+
+
 class RemoteUpdateService:
     """Takes update commands from the cloud and reports their progress."""
 
@@ -96,12 +106,7 @@ class RemoteUpdateService:
         # Called inside the broker's publish, while the publisher is connected: whether it is
         # the uplink's inbound link is decided now; the work (a file written) happens after.
         assert self._loop is not None and self.broker is not None
-        session = self.broker.sessions.get(message.origin or "")
-        connection = session.connection if session is not None else None
-        # A network client may choose the inbound link's client id: it is not the uplink.
-        from_uplink = (message.origin == INBOUND_CLIENT_ID and connection is not None
-                       and connection.listener == "link")
-        self._loop.call_soon(self.handle, message, from_uplink)
+        self._loop.call_soon(self.handle, message, published_by_uplink(self.broker, message))
 
     def handle(self, message: Message, from_uplink: bool) -> None:
         """One command: refused (reported and logged), or spooled for the root runner."""

@@ -21,7 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     BaseModel,
@@ -47,18 +47,18 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 
-class RemoteUpdateConfig(Section):
-    """The `[remote_update]` section: updates triggered from the cloud through the uplink."""
+class CommandSection(Section):
+    """A section taking commands from the cloud on a topic of the remote broker (updates,
+    configurations): `enabled` and `command_topic`, default `DEFAULT_TOPIC`."""
+
+    DEFAULT_TOPIC: ClassVar[str] = DEFAULT_COMMAND_TOPIC
 
     enabled: bool = False
     command_topic: str | None = Field(
         default=None,
-        description='the topic on the remote broker the cloud publishes update commands to; '
-        'default "outpost-cmd/<gateway_id>/update"; an [[uplink.inbound]] rule must bring it in',
-    )
-    ca_file: Path | None = Field(
-        default=None, description="CA certificates for the HTTPS server of the bundles "
-        "(default: the system's)",
+        description='the topic on the remote broker the cloud publishes these commands to; '
+        'default "outpost-cmd/<gateway_id>/update" ([remote_update]) or ".../config" '
+        '([remote_config]); an [[uplink.inbound]] rule must bring it in',
     )
 
     @field_validator("command_topic")
@@ -71,23 +71,32 @@ class RemoteUpdateConfig(Section):
                 raise ValueError(exc.reason) from None
         return value
 
-    @field_validator("ca_file")
-    @classmethod
-    def _file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        return None if value is None else existing_file(value, info)
-
     def remote_command_topic(self, gateway_id: str) -> str:
         """The command topic on the remote; raises ValueError when the default cannot be made
         from `gateway_id`."""
         if self.command_topic is not None:
             return self.command_topic
-        topic = DEFAULT_COMMAND_TOPIC.format(gateway_id=gateway_id)
+        topic = self.DEFAULT_TOPIC.format(gateway_id=gateway_id)
         try:
             validate_topic_name(topic)
         except MQTTProtocolError as exc:
             raise ValueError(f"the default command topic {topic!r}: {exc.reason} "
                              "(set command_topic)") from None
         return topic
+
+
+class RemoteUpdateConfig(CommandSection):
+    """The `[remote_update]` section: updates triggered from the cloud through the uplink."""
+
+    ca_file: Path | None = Field(
+        default=None, description="CA certificates for the HTTPS server of the bundles "
+        "(default: the system's)",
+    )
+
+    @field_validator("ca_file")
+    @classmethod
+    def _file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return None if value is None else existing_file(value, info)
 
 
 class CommandError(ValueError):
