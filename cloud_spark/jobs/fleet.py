@@ -56,9 +56,10 @@ class FleetParams:
     full: bool = False
 
 
-def _latest(df: DataFrame, order: str) -> DataFrame:
-    """The row with the largest `order` per gateway."""
-    window = Window.partitionBy("gateway").orderBy(F.col(order).desc_nulls_last())
+def _latest(df: DataFrame, order: str, *then: Column) -> DataFrame:
+    """The row with the largest `order` per gateway (ties: the largest of `then`)."""
+    window = Window.partitionBy("gateway").orderBy(
+        F.col(order).desc_nulls_last(), *[c.desc_nulls_last() for c in then])
     return df.withColumn("_n", F.row_number().over(window)).where("_n = 1").drop("_n")
 
 
@@ -71,7 +72,11 @@ def reports(quarantine: DataFrame, prefix: str) -> dict[str, DataFrame]:
         "payload", "ingest_ms")
     out = {}
     for subtopic, (ms, columns) in REPORTS.items():
-        latest = _latest(rows.where(F.col("subtopic") == subtopic), "ingest_ms")
+        # Two reports landed in the same millisecond: the one with the later time stamp,
+        # then a final one ("finished": applied, refused...) over a progress one (applying).
+        latest = _latest(rows.where(F.col("subtopic") == subtopic), "ingest_ms",
+                         F.get_json_object("payload", "$.ts"),
+                         F.get_json_object("payload", "$.finished").isNotNull())
         out[subtopic] = latest.select(
             "gateway", F.col("ingest_ms").alias(ms),
             *[F.get_json_object("payload", path).cast(kind).alias(name)
