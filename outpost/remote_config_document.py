@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from gateway.base.config_paths import existing_file
-from outpost.update_command import CommandSection
+from outpost.update_command import CommandSection, check_request_id, problems_of
 
 DEFAULT_COMMAND_TOPIC = "outpost-cmd/{gateway_id}/config"
 STATUS_SUBTOPIC = "config"  # <status topic>/config: retained, the latest document's fate
@@ -101,9 +101,7 @@ class ConfigDocument(BaseModel):
     @field_validator("id")
     @classmethod
     def _id(cls, value: str) -> str:
-        if not _REQUEST_ID.fullmatch(value):
-            raise ValueError("must be 1 to 64 of A-Z a-z 0-9 . _ : -")
-        return value
+        return check_request_id(value)
 
 
 @dataclass(frozen=True)
@@ -187,12 +185,7 @@ def _document(raw: bytes, gateway_id: str) -> ConfigDocument:
     try:
         document = ConfigDocument.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            where = ".".join(str(part) for part in error["loc"]) or "document"
-            text = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
-            problems.append(f"{where}: {text.removeprefix('Value error, ')}")
-        raise DocumentError("; ".join(problems), version, raw_id) from None
+        raise DocumentError(problems_of(exc, "document"), version, raw_id) from None
     if document.gateway_id != gateway_id:
         raise DocumentError(f"the document is for gateway {document.gateway_id!r}, this is "
                             f"{gateway_id!r}", document.version, document.id)

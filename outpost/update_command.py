@@ -137,9 +137,24 @@ class UpdateCommand(BaseModel):
     @field_validator("id")
     @classmethod
     def _id(cls, value: str) -> str:
-        if not _REQUEST_ID.fullmatch(value):
-            raise ValueError("must be 1 to 64 of A-Z a-z 0-9 . _ : -")
-        return value
+        return check_request_id(value)
+
+
+def check_request_id(value: str) -> str:
+    """A sender's request id (reports carry it); ValueError when it is not one."""
+    if not _REQUEST_ID.fullmatch(value):
+        raise ValueError("must be 1 to 64 of A-Z a-z 0-9 . _ : -")
+    return value
+
+
+def problems_of(exc: ValidationError, what: str) -> str:
+    """A model's validation errors as `field: problem; ...` for a refusal."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or what
+        text = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
+        problems.append(f"{where}: {text.removeprefix('Value error, ')}")
+    return "; ".join(problems)
 
 
 def parse_command(payload: bytes) -> UpdateCommand:
@@ -159,12 +174,7 @@ def parse_command(payload: bytes) -> UpdateCommand:
     try:
         return UpdateCommand.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            where = ".".join(str(part) for part in error["loc"]) or "command"
-            text = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
-            problems.append(f"{where}: {text.removeprefix('Value error, ')}")
-        raise CommandError("; ".join(problems), request_id) from None
+        raise CommandError(problems_of(exc, "command"), request_id) from None
 
 
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
