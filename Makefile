@@ -23,7 +23,7 @@ NPM_DIRS += tests/gateway/broker/e2e/mqttjs
 # node-opcua: the third-party OPC UA server of the bridge's OPC UA tests (tests/bridge/opcua/).
 NPM_DIRS += tests/bridge/opcua/node_server
 
-.PHONY: demo test test-loaded lint typecheck unit soak bench system-packages node-packages clean
+.PHONY: demo test test-loaded lint typecheck unit soak fleet-test bench system-packages node-packages clean
 
 # system-packages first (order only): systemd-python in the dev extras builds against libsystemd.
 $(STAMP): pyproject.toml | system-packages
@@ -89,6 +89,11 @@ test-loaded: $(STAMP) system-packages node-packages lint typecheck
 
 soak: $(STAMP) system-packages
 	$(PY) -m pytest -q -m soak
+
+# Twenty gateways enroll against a TLS mosquitto, take a remote configuration, one rolls back;
+# the fleet table from the Spark jobs (tests/outpost/test_fleet.py; several minutes).
+fleet-test: $(STAMP) system-packages
+	$(PY) -m pytest -q -s -m fleet tests/outpost/test_fleet.py
 
 bench: $(STAMP) system-packages
 	$(PY) -m bench.compare

@@ -184,6 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument(
         "--full", action="store_true", help="recompute every day, not only the touched ones"
     )
+    fleet = _add_job(sub, "fleet", "gold/fleet: per gateway its status, versions, "
+                     "configuration, certificate, backlog, last seen")
+    fleet.add_argument("--status-prefix", default="outpost-status",
+                       help="the gateways' status topic prefix")
+    fleet.add_argument("--full", action="store_true", help="read all of silver again")
     report = _add_job(sub, "report", "print a summary and write it as JSON")
     report.add_argument("--json", dest="json_path", help="JSON path (default: OUT/report.json)")
     everything = _add_job(sub, "all", "run every job in order (silver ... report), defaults")
@@ -203,6 +208,7 @@ def job_params(name: str, args: argparse.Namespace) -> Any:
     """The parameter dataclass of job ``name`` from parsed flags (defaults if absent)."""
     # The job modules import PySpark: only a command that runs a job pays for it.
     from cloud_spark.jobs.availability import AvailabilityParams
+    from cloud_spark.jobs.fleet import DEFAULT_STATUS_PREFIX, FleetParams
     from cloud_spark.jobs.health import HealthParams
     from cloud_spark.jobs.quality import QualityParams
     from cloud_spark.jobs.report import ReportParams
@@ -245,6 +251,9 @@ def job_params(name: str, args: argparse.Namespace) -> Any:
         )
     if name == "health":
         return HealthParams(window_ms=_ms(get("window_s", 3600.0)), full=get("full", False))
+    if name == "fleet":
+        return FleetParams(status_prefix=get("status_prefix", DEFAULT_STATUS_PREFIX),
+                           full=get("full", False))
     if name == "report":
         return ReportParams(json_path=get("json_path", None))
     raise ValueError(f"unknown job {name!r}")

@@ -321,3 +321,28 @@ REPORT = _schema(
     ("link_down_s", D),
     ("quality_flags", L),
 )
+
+#: one row per gateway: the latest of each kind of fact it sent (cloud_spark/jobs/fleet.py)
+FLEET = _schema(
+    ("gateway", S),
+    ("status", S),
+    ("status_ms", L),
+    ("connected", B),
+    ("backlog_messages", L),
+    ("backlog_bytes", L),
+    ("backlog_ms", L),
+    ("image_version", S),
+    ("slot", S),
+    ("update_ms", L),
+    ("config_version", L),
+    ("config_state", S),
+    ("config_reason", S),
+    ("config_running_version", L),
+    ("config_ms", L),
+    ("cert_not_after", S),
+    ("cert_state", S),
+    ("cert_ms", L),
+    ("last_seen_ms", L),
+    ("last_seen_ts", TS),
+    ("ingest_watermark_ms", L),
+)

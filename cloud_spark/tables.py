@@ -63,6 +63,7 @@ TABLES: dict[str, Table] = {
     "clock_skew": Table("gold/clock_skew", s.CLOCK_SKEW, ("event_date",)),
     "device_health": Table("gold/device_health", s.DEVICE_HEALTH, ("event_date",)),
     "link_health": Table("gold/link_health", s.LINK_HEALTH, ("event_date",)),
+    "fleet": Table("gold/fleet", s.FLEET, replace_whole=True),
 }
 
 

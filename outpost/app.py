@@ -30,9 +30,12 @@ from gateway.broker.engine.broker import Broker
 from gateway.broker.net.security_files import load_security
 from gateway.broker.net.server import Server
 from outpost import __version__
+from outpost.certificate_watch import CertificateWatch, renew_over_mqtt
 from outpost.config import Config, StatusConfig, command_local_topics
 from outpost.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
 from outpost.reload import Reloader
+from outpost.remote_config import RemoteConfigService, build_remote_config
+from outpost.remote_config_health import HealthProbe
 from outpost.remote_update import RemoteUpdateService
 from outpost.status import StatusBoard, StatusProvider
 from outpost.update_command import Spool
@@ -160,6 +163,14 @@ async def serve(
     remote_update = build_remote_update(config, state_dir, uplink)
     if remote_update is not None:
         remote_update.start(broker)
+    remote_config = _remote_config(config, config_path, state_dir, uplink, daemon, server,
+                                   bridge)
+    if remote_config is not None:
+        remote_config.start(broker)
+    certificate = _certificate_watch(config, uplink)
+    if certificate is not None:
+        certificate.start()
+        daemon.board.add_provider("certificate", certificate)
     for name, part, section in (("bridge", bridge, "devices"), ("uplink", uplink, "uplink")):
         if isinstance(part, StatusProvider):  # has status(): replaces the topic watcher's view
             daemon.board.add_provider(section, part)
@@ -186,6 +197,10 @@ async def serve(
             await extra.stop()
         if remote_update is not None:
             await remote_update.stop()
+        if remote_config is not None:
+            await remote_config.stop()
+        if certificate is not None:
+            await certificate.stop()
         if uplink is not None:
             await uplink.stop()
         await server.stop()
@@ -213,6 +228,38 @@ def start_console(daemon: Daemon, broker: Broker, bridge: Bridge | None,
 
     daemon.endpoint = endpoint
     return True
+
+
+def _remote_config(config: Config, config_path: Path | None, state_dir: Path | None,
+                   uplink: UplinkService | None, daemon: Daemon, server: Server,
+                   bridge: Bridge | None) -> RemoteConfigService | None:
+    """Remote configuration (outpost/remote_config.py): applied by the daemon's reload."""
+    if uplink is None:
+        return None
+
+    def apply() -> list[str]:
+        applied = daemon.reload()
+        return list(daemon.reloader.last_problems) or ([] if applied else ["refused"])
+
+    health = HealthProbe(lambda: list(server.bound), uplink.status,
+                         bridge.status if bridge is not None else None)
+    topic = config.remote_config.remote_command_topic(config.gateway_id)
+    return build_remote_config(config, config_path, state_dir or config.storage.state_dir,
+                               uplink.publish_gateway_status, apply, health,
+                               command_local_topics(config.uplink, topic))
+
+
+def _certificate_watch(config: Config, uplink: UplinkService | None
+                       ) -> CertificateWatch | None:
+    """The device certificate's expiry and renewal (outpost/certificate_watch.py), when
+    `[certificate] cert_file` is set; renewed at the uplink's first address by default."""
+    if config.certificate.cert_file is None:
+        return None
+    remotes = config.uplink.remotes if config.uplink.enabled else []
+    cloud = remotes[0].addresses[0] if remotes and remotes[0].addresses else None
+    return CertificateWatch(config.certificate, config.gateway_id, cloud,
+                            uplink.publish_gateway_status if uplink is not None else None,
+                            renew_over_mqtt)
 
 
 class Interop(Protocol):

@@ -92,6 +92,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     bridge_cli.add_parser(sub)  # outpost modbus plan|probe, outpost opcua browse|probe
     _add_update_parser(sub)
+    _add_config_parser(sub)
+    enroll = sub.add_parser("enroll", help="first contact: make this gateway's key pair, get "
+                            "its certificate from the fleet's enrollment service, write its "
+                            "configuration")
+    enroll.add_argument("--provisioning", type=Path, required=True,
+                        help="the batch's provisioning file")
+    enroll.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+                        help=f"where the identity is kept (default {DEFAULT_STATE_DIR})")
+    enroll.add_argument("--config", type=Path, help="write the provisioning template here "
+                        "once enrolled (e.g. /etc/outpost/outpost.toml)")
+    enroll.add_argument("--give-up-after", type=float, metavar="SECONDS",
+                        help="stop trying after this long (default: keep trying)")
 
     db = sub.add_parser("db", help="inspect, back up or compact the store "
                         "(all but vacuum safe on a live broker)")
@@ -139,6 +151,8 @@ def _add_update_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     install.add_argument("--sha256", help="the bundle's expected sha256 (hex)")
     install.add_argument("--no-reboot", action="store_true",
                          help="install, but leave the reboot into the new slot for later")
+    install.add_argument("--allow-downgrade", action="store_true",
+                         help="install a bundle older than the running version")
     request = update_sub.add_parser(
         "run-request", help="install the request the gateway spooled from a remote update "
         "command (outpost-update.service runs this as root), report into the spool")
@@ -163,6 +177,92 @@ def _add_update_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
                         help="mark the slot bad on failure, but do not reboot")
 
 
+def _add_config_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    config = sub.add_parser("config", help="the versions of outpost.toml kept in the state "
+                            "directory: history, show one, roll back")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    for name, text in (("history", "every kept version: number, time, source, result"),
+                       ("show", "the text of one version"),
+                       ("rollback", "write an earlier version again (default: the previous "
+                        "applied one); then reload: systemctl reload outpost")):
+        cmd = config_sub.add_parser(name, help=text)
+        cmd.add_argument("--config", type=Path, help=f"default: {DEFAULT_CONFIG}")
+        cmd.add_argument("--state-dir", type=Path, help="default: [storage] state_dir of the "
+                         f"configuration, else {DEFAULT_STATE_DIR}")
+        if name == "history":
+            cmd.add_argument("--json", action="store_true", help="print JSON")
+        elif name == "show":
+            cmd.add_argument("version", type=int)
+        else:
+            cmd.add_argument("version", type=int, nargs="?", help="the version to restore")
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """`outpost config history|show|rollback`: thin calls into outpost.config_store."""
+    import json
+
+    from outpost.config_store import ConfigStore, ConfigStoreError
+
+    path = args.config or DEFAULT_CONFIG
+    state_dir = args.state_dir
+    if state_dir is None:
+        try:
+            state_dir = load_config(path).storage.state_dir or DEFAULT_STATE_DIR
+        except ConfigError:
+            state_dir = DEFAULT_STATE_DIR  # the history is all the more wanted then
+    store = ConfigStore(path, state_dir)
+    try:
+        if args.config_command == "history":
+            versions = store.history()
+            if args.json:
+                print(json.dumps([v.as_dict() for v in versions], indent=2))
+                return 0
+            running = store.current().version
+            for v in versions:
+                mark = "*" if v.number == running else " "
+                reason = f"  {v.reason}" if v.reason else ""
+                print(f"{mark}{v.number:>5}  {v.time}  {v.sha256[:12]}  {v.source:<20} "
+                      f"{v.result}{reason}")
+            return 0
+        if args.config_command == "show":
+            sys.stdout.write(store.show(args.version))
+            return 0
+        restored = store.rollback(to=args.version, reason="rolled back by hand")
+        print(f"{path}: version {restored.number} written ({restored.source}); apply it "
+              "with: systemctl reload outpost")
+        return 0
+    except ConfigStoreError as exc:
+        print(f"outpost config: {exc}", file=sys.stderr)
+        return 1
+
+
+def cmd_enroll(args: argparse.Namespace) -> int:
+    """`outpost enroll`: a thin call into outpost.enroll (exit 3: refused, 1: not reached)."""
+    from outpost.enroll import (
+        CloudUnavailableError,
+        EnrollmentRefusedError,
+        enroll,
+        load_provisioning,
+    )
+    from outpost.enroll_identity import IdentityError
+
+    try:
+        provisioning = load_provisioning(args.provisioning)
+    except ConfigError as exc:
+        _print_config_errors(exc)
+        return 2
+    try:
+        enroll(provisioning, args.state_dir, args.config, lambda line: print(line, flush=True),
+               args.give_up_after)
+    except EnrollmentRefusedError as exc:
+        print(f"outpost enroll: refused by the enrollment service: {exc}", file=sys.stderr)
+        return 3
+    except (CloudUnavailableError, IdentityError) as exc:
+        print(f"outpost enroll: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_update(args: argparse.Namespace) -> int:
     """`outpost update install|run-request|status|health-check`: outpost.update
     and update_runner do the work."""
@@ -174,7 +274,8 @@ def cmd_update(args: argparse.Namespace) -> int:
     try:
         if args.update_command == "install":
             info = update.install(args.source, device, say, ca_file=args.ca_file,
-                                  sha256=args.sha256, reboot=not args.no_reboot)
+                                  sha256=args.sha256, reboot=not args.no_reboot,
+                                  allow_downgrade=args.allow_downgrade)
             say(f"installed {info.version}")
             return 0
         if args.update_command == "status":
@@ -460,5 +561,7 @@ def main(argv: list[str] | None = None) -> int:
         "modbus": cmd_modbus,
         "opcua": cmd_opcua,
         "update": cmd_update,
+        "config": cmd_config,
+        "enroll": cmd_enroll,
     }
     return handlers[args.command](args)

@@ -1,5 +1,5 @@
 """The whole configuration file: the broker's sections plus storage, status, bridge, uplink,
-remote_update, sparkplug and homeassistant.
+remote_update, remote_config, certificate, sparkplug and homeassistant.
 
 `load_config` returns a `Config` or raises `ConfigError` listing every problem with its key path.
 Each package owns its section's model; this module only aggregates them.
@@ -25,6 +25,8 @@ from gateway.base.settings import ConfigError, Section, format_errors
 from gateway.broker.codec.topics import topic_matches
 from gateway.broker.contracts.config import BrokerConfig
 from gateway.broker.contracts.passwords import PasswordFileError, parse_password_text
+from outpost.certificate_watch import CertificateConfig
+from outpost.remote_config_document import RemoteConfigConfig
 from outpost.update_command import RemoteUpdateConfig
 from storage.config import StorageConfig
 
@@ -139,6 +141,8 @@ class Config(BrokerConfig):
     bridge: BridgeConfig = BridgeConfig()
     uplink: UplinkConfig = UplinkConfig()
     remote_update: RemoteUpdateConfig = RemoteUpdateConfig()
+    remote_config: RemoteConfigConfig = RemoteConfigConfig()
+    certificate: CertificateConfig = CertificateConfig()
     sparkplug: SparkplugConfig = SparkplugConfig()
     homeassistant: HomeAssistantConfig = HomeAssistantConfig()
 
@@ -189,13 +193,16 @@ class Config(BrokerConfig):
                     raise ValueError(f"remotes.{index}: {exc}") from None
         return value
 
-    @field_validator("remote_update")
+    @field_validator("remote_update", "remote_config")
     @classmethod
-    def _command_comes_in(cls, value: RemoteUpdateConfig, info: ValidationInfo
-                          ) -> RemoteUpdateConfig:
+    def _command_comes_in(cls, value: RemoteUpdateConfig | RemoteConfigConfig,
+                          info: ValidationInfo) -> RemoteUpdateConfig | RemoteConfigConfig:
         # Commands reach the gateway only through an inbound rule of the uplink, and the
         # reports go out on the remotes' status topics: both must exist.
         uplink, gateway_id = info.data.get("uplink"), info.data.get("gateway_id")
+        if isinstance(value, RemoteConfigConfig) and value.enabled and value.keyring is None:
+            raise ValueError("keyring: required: the folder of the public keys a "
+                             "configuration must be signed with")
         if not value.enabled or uplink is None or gateway_id is None:
             return value  # (an invalid uplink or gateway_id has its own error)
         if not uplink.enabled:
@@ -210,8 +217,9 @@ class Config(BrokerConfig):
                 f"command_topic: no [[uplink.inbound]] rule brings {topic!r} in from the "
                 f"remote; add one with filter = {topic!r}")
         if all(remote.gateway_status_topic(gateway_id) is None for remote in uplink.remotes):
+            subtopic = "update" if isinstance(value, RemoteUpdateConfig) else "config"
             raise ValueError('enabled: every [[uplink.remotes]] has status_topic = "": the '
-                             "update reports go out on <status_topic>/update")
+                             f"reports go out on <status_topic>/{subtopic}")
         return value
 
 

@@ -117,6 +117,7 @@ class Reloader:
         self.registrations: list[_Registration] = []
         self.reloads = 0  # applied reloads
         self.failures = 0  # refused reloads (invalid file)
+        self.last_problems: list[str] = []  # why the last reload was refused or fell short
 
     def register(self, name: str, callback: ReloadCallback, sections: Iterable[str] = ()) -> None:
         """Call `callback(new_config)` on every reload that changes one of `sections`
@@ -128,10 +129,12 @@ class Reloader:
         if self.load is None:
             log.warning("reload: no configuration file to read (started without --config)")
             return False
+        self.last_problems = []
         try:
             new = self.load()
         except ConfigError as exc:
             self.failures += 1
+            self.last_problems = [f"{exc.source}: {line}" for line in exc.errors]
             log.error("reload: %s is invalid (%d error%s); keeping the running configuration",
                       exc.source, len(exc.errors), "" if len(exc.errors) == 1 else "s")
             for line in exc.errors:
@@ -178,9 +181,11 @@ class Reloader:
                           registration.name, exc.source)
                 for line in exc.errors:
                     log.error("reload: %s", line)
-            except Exception:
+                self.last_problems.append(f"{registration.name}: " + "; ".join(exc.errors))
+            except Exception as exc:
                 log.exception("reload: %s could not apply the new configuration",
                               registration.name)
+                self.last_problems.append(f"{registration.name}: {exc}")
         self.reloads += 1
         log.info("reload: done (%d configuration change(s))", len(applied))
         return True

@@ -34,6 +34,7 @@ from gateway.broker.core.message import Message
 from gateway.broker.engine.broker import Broker
 from gateway.broker.engine.links import Link
 from outpost import __version__
+from outpost.update import release_version
 from outpost.update_command import (
     REFUSED_SUBTOPIC,
     STATUS_SUBTOPIC,
@@ -50,21 +51,18 @@ log = logging.getLogger("outpost.update")
 
 CLIENT_ID = "$outpost-remote-update"
 POLL_INTERVAL = 1.0  # seconds between looks at the spool's files
-RELEASE_FILE = Path("/usr/lib/outpost/release")  # the image's version (image/build.sh)
 
 Report = Callable[[str, bytes, bool], None]  # (subtopic, payload, retain)
 
 
-def release_version(path: Path = RELEASE_FILE) -> str | None:
-    """The image's version (VERSION+BUILD of its release file), None off the image."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return None
-    facts = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-    version = facts.get("VERSION", "")
-    build = facts.get("BUILD", "")
-    return f"{version}+{build}" if version and build else version or None
+def published_by_uplink(broker: Broker, message: Message) -> bool:
+    """Whether the uplink's inbound link published `message` (asked while the publisher is
+    still connected): a network client may choose the link's client id, but it is not the
+    in-process link."""
+    session = broker.sessions.get(message.origin or "")
+    connection = session.connection if session is not None else None
+    return (message.origin == INBOUND_CLIENT_ID and connection is not None
+            and connection.listener == "link")
 
 
 class RemoteUpdateService:
@@ -108,12 +106,7 @@ class RemoteUpdateService:
         # Called inside the broker's publish, while the publisher is connected: whether it is
         # the uplink's inbound link is decided now; the work (a file written) happens after.
         assert self._loop is not None and self.broker is not None
-        session = self.broker.sessions.get(message.origin or "")
-        connection = session.connection if session is not None else None
-        # A network client may choose the inbound link's client id: it is not the uplink.
-        from_uplink = (message.origin == INBOUND_CLIENT_ID and connection is not None
-                       and connection.listener == "link")
-        self._loop.call_soon(self.handle, message, from_uplink)
+        self._loop.call_soon(self.handle, message, published_by_uplink(self.broker, message))
 
     def handle(self, message: Message, from_uplink: bool) -> None:
         """One command: refused (reported and logged), or spooled for the root runner."""
@@ -143,7 +136,8 @@ class RemoteUpdateService:
             return
         try:
             write_json(self.spool.request, {"id": command.id, "url": command.url,
-                                            "sha256": command.sha256, "accepted": now_text()})
+                                            "sha256": command.sha256, "accepted": now_text(),
+                                            "allow_downgrade": command.allow_downgrade})
         except OSError as exc:
             self._refuse(command.id, f"cannot write {self.spool.request}: {exc.strerror}")
             return

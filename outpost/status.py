@@ -565,6 +565,12 @@ def render_text(status: Mapping[str, Any]) -> str:
             add(f"  store       {store.get('path', '-')} ({store.get('durability', '?')}): "
                 f"{format_bytes(store.get('size_bytes'))}, WAL "
                 f"{format_bytes(store.get('wal_bytes'))}")
+    certificate = status.get("certificate")
+    if isinstance(certificate, Mapping) and "not_after" in certificate:
+        error = f": {certificate['error']}" if certificate.get("error") else ""
+        add(f"  certificate {certificate.get('subject')} until {certificate['not_after']} "
+            f"({format_duration(certificate.get('expires_in_s'))} left), "
+            f"{certificate.get('state')}{error}")
     devices = status.get("devices")
     if isinstance(devices, Mapping) and "devices" in devices:
         add("")
@@ -600,7 +606,7 @@ def render_text(status: Mapping[str, Any]) -> str:
                 add(f"  remote {remote.get('name')}: "
                     f"{'connected' if remote.get('connected') else 'disconnected'} "
                     f"{remote.get('address') or ''}")
-    known = {"store", "devices", "uplink", "service"}
+    known = {"store", "devices", "uplink", "service", "certificate"}
     for name, section in status.items():
         if name in known or not isinstance(section, Mapping) or name in _CORE_KEYS:
             continue

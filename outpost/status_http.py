@@ -157,7 +157,22 @@ class BoardCollector(Collector):
         yield from self._devices(status.get("devices"))
         yield from self._uplink(status.get("uplink"))
         yield from self._service(status.get("service"))
+        yield from self._certificate(status.get("certificate"))
         yield from _process(self.board.started_wall)
+
+    @staticmethod
+    def _certificate(certificate: object) -> Iterator[Metric]:
+        if not isinstance(certificate, dict) or "expires_in_s" not in certificate:
+            return
+        yield GaugeMetricFamily("outpost_certificate_expires_in_seconds",
+                                "Seconds until the device certificate expires (negative: "
+                                "expired)", value=certificate["expires_in_s"])
+        yield GaugeMetricFamily("outpost_certificate_valid", "1 when the device certificate "
+                                "is valid and not revoked",
+                                value=1 if certificate.get("state") in ("valid", "renewing")
+                                else 0)
+        yield CounterMetricFamily("outpost_certificate_renewals", "Certificates renewed",
+                                  value=certificate.get("renewals", 0))
 
     @staticmethod
     def _store(store: object) -> Iterator[Metric]:

@@ -25,20 +25,14 @@ boot tries (image/README.md, "Updating devices"). This module is outpost's side 
 from __future__ import annotations
 
 import configparser
-import hashlib
-import http.client
 import json
 import os
-import shutil
 import socket
 import sqlite3
 import ssl
 import subprocess
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,16 +42,17 @@ from gateway.base.hostport import parse_host_port
 from gateway.broker.codec import decode, encode
 from gateway.broker.codec.packets import ConnAck, Connect
 from outpost.config import Config
+from outpost.update_fetch import Progress, UpdateError, fetch, file_sha256
 from storage.sqlite import admin
 
-Progress = Callable[[str], None]
+__all__ = ["BundleInfo", "Check", "Device", "Progress", "SlotStatus", "UpdateError",
+           "UpdateStatus", "bundle_info", "check_bundle", "check_not_older", "fetch",
+           "file_sha256", "format_status", "health_check", "install", "read_status",
+           "reboot_into_new_slot", "release_version", "running_version", "self_check",
+           "summarise", "version_key"]
 
-CHUNK = 1 << 16
-SPACE_MARGIN = 16 << 20  # left free on the data partition after a download
+RELEASE_FILE = Path("/usr/lib/outpost/release")  # the image's version (image/build.sh)
 
-
-class UpdateError(Exception):
-    """An update was refused or failed; the booted slot is untouched. The text says why."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +62,9 @@ class Device:
     rauc: str = "rauc"
     system_conf: Path = Path("/etc/rauc/system.conf")
     download_dir: Path = Path("/var/cache/outpost-update")
+    download_attempts: int = 6  # connections per download before giving up (the part stays)
+    retry_delay: float = 2.0  # seconds before the first retry, doubling
+    release_file: Path = RELEASE_FILE
     last_install: Path = Path("/var/lib/rauc/outpost-last-install.json")
 
     def system(self) -> configparser.ConfigParser:
@@ -95,74 +93,6 @@ class BundleInfo:
     compatible: str
     version: str
     build: str
-
-
-# -- fetching ----------------------------------------------------------------------------------
-
-def fetch(url: str, dest_dir: Path, ca_file: Path | None, sha256: str | None,
-          progress: Progress, timeout: float = 30.0) -> Path:
-    """Download `url` (https://) into `dest_dir`; raises UpdateError and leaves nothing behind
-    when it cannot fit, stops before its announced length, or does not match `sha256`."""
-    if not url.startswith("https://"):
-        raise UpdateError(f"{url}: only https:// URLs are fetched (or give a file)")
-    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    name = Path(urllib.parse.urlsplit(url).path).name or "bundle.raucb"
-    part = dest_dir / f"{name}.part"
-    digest = hashlib.sha256()
-    done = 0
-    try:
-        with urllib.request.urlopen(url, context=context, timeout=timeout) as response:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            if total is not None:
-                _check_space(dest_dir, total)
-            with part.open("wb") as out:
-                last = -1
-                while chunk := response.read(CHUNK):
-                    out.write(chunk)
-                    digest.update(chunk)
-                    done += len(chunk)
-                    percent = done * 100 // total if total else -1
-                    if percent != last and (percent % 10 == 0 or percent < 0):
-                        progress(f"download {done >> 20} MiB" + (f" ({percent}%)" if total else ""))
-                        last = percent
-                out.flush()
-                os.fsync(out.fileno())
-    except http.client.IncompleteRead as exc:
-        part.unlink(missing_ok=True)
-        raise UpdateError(f"{url}: the download stopped after {done + len(exc.partial)} bytes "
-                          f"of {done + len(exc.partial) + (exc.expected or 0)}") from None
-    except (urllib.error.URLError, OSError, ssl.SSLError) as exc:
-        part.unlink(missing_ok=True)
-        reason = getattr(exc, "reason", None) or exc
-        raise UpdateError(f"{url}: download failed: {reason}") from None
-    except UpdateError:
-        part.unlink(missing_ok=True)
-        raise
-    if total is not None and done != total:
-        part.unlink(missing_ok=True)
-        raise UpdateError(f"{url}: the download stopped after {done} bytes of {total}")
-    if sha256 is not None and digest.hexdigest() != sha256.lower():
-        part.unlink(missing_ok=True)
-        raise UpdateError(f"{url}: sha256 {digest.hexdigest()} is not the expected {sha256}")
-    target = dest_dir / name
-    part.replace(target)
-    return target
-
-
-def _check_space(directory: Path, size: int) -> None:
-    free = shutil.disk_usage(directory).free
-    if size + SPACE_MARGIN > free:
-        raise UpdateError(f"not enough space in {directory} for the bundle: it needs "
-                          f"{(size + SPACE_MARGIN) >> 20} MiB, {free >> 20} MiB are free")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # -- checking and installing ---------------------------------------------------------------
@@ -196,16 +126,19 @@ def _rauc_error(stderr: str) -> str:
 
 
 def install(source: str, device: Device, progress: Progress, ca_file: Path | None = None,
-            sha256: str | None = None, reboot: bool = True) -> BundleInfo:
+            sha256: str | None = None, reboot: bool = True,
+            allow_downgrade: bool = False) -> BundleInfo:
     """Fetch (if a URL), check, install into the inactive slot and (by default) reboot into it.
 
+    A bundle older than the running version is refused unless `allow_downgrade`.
     Raises UpdateError with the reason; the booted slot is never touched.
     """
     record: dict[str, Any] = {"source": source, "started": _now(), "result": "failed"}
     downloaded = False
     try:
         if "://" in source:
-            path = fetch(source, device.download_dir, ca_file, sha256, progress)
+            path = fetch(source, device.download_dir, ca_file, sha256, progress,
+                         attempts=device.download_attempts, retry_delay=device.retry_delay)
             downloaded = True
         else:
             path = Path(source)
@@ -215,6 +148,7 @@ def install(source: str, device: Device, progress: Progress, ca_file: Path | Non
                 raise UpdateError(f"{source}: sha256 is not the expected {sha256}")
         info = check_bundle(path, device)
         record["version"] = info.version
+        check_not_older(info.version, running_version(device), allow_downgrade, progress)
         progress(f"installing {info.version} ({info.compatible})")
         _run_rauc_install(path, device, progress)
         record["result"] = "installed"
@@ -231,6 +165,59 @@ def install(source: str, device: Device, progress: Progress, ca_file: Path | Non
     if reboot:
         reboot_into_new_slot(device, progress)
     return info
+
+
+def version_key(version: str) -> tuple[tuple[tuple[int, int | str], ...], str] | None:
+    """`0.2.0+20261125143620.69e5662` -> ((0, 2, 0), "20261125143620.69e5662") for comparing
+    (numbers as numbers; the build, a UTC time stamp first, as text); None when empty."""
+    release, _, build = version.strip().partition("+")
+    if not release:
+        return None
+    parts = tuple((0, int(p)) if p.isdigit() else (1, p)
+                  for p in release.replace("-", ".").split("."))
+    return parts, build
+
+
+def running_version(device: Device) -> str:
+    """The version running now: the booted slot's bundle, else the image's release file
+    (a freshly flashed slot has no bundle); "" when neither says."""
+    try:
+        status = read_status(device)
+        booted = next((s for s in status.slots if s.state == "booted"), None)
+        if booted is not None and booted.version:
+            return booted.version
+    except (UpdateError, ValueError, OSError):
+        pass
+    return release_version(device.release_file) or ""
+
+
+def release_version(path: Path = RELEASE_FILE) -> str | None:
+    """The image's version (VERSION+BUILD of its release file), None off the image."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    facts = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    version = facts.get("VERSION", "")
+    build = facts.get("BUILD", "")
+    return f"{version}+{build}" if version and build else version or None
+
+
+def check_not_older(bundle: str, running: str, allow_downgrade: bool,
+                    progress: Progress) -> None:
+    """Refuse a bundle older than the running version unless the downgrade is allowed."""
+    new, old = version_key(bundle), version_key(running)
+    if new is None or old is None:
+        progress(f"cannot compare the bundle's version {bundle!r} with the running "
+                 f"{running!r}: installing")
+        return
+    if new >= old:
+        return
+    if not allow_downgrade:
+        raise UpdateError(f"refused: the bundle's version {bundle} is older than the running "
+                          f"{running}; a downgrade must be allowed explicitly "
+                          "(allow_downgrade in the command, --allow-downgrade)")
+    progress(f"downgrade from {running} to {bundle}: allowed by the command")
 
 
 def reboot_into_new_slot(device: Device, progress: Progress) -> None:

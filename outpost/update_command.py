@@ -21,7 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     BaseModel,
@@ -47,18 +47,18 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 
-class RemoteUpdateConfig(Section):
-    """The `[remote_update]` section: updates triggered from the cloud through the uplink."""
+class CommandSection(Section):
+    """A section taking commands from the cloud on a topic of the remote broker (updates,
+    configurations): `enabled` and `command_topic`, default `DEFAULT_TOPIC`."""
+
+    DEFAULT_TOPIC: ClassVar[str] = DEFAULT_COMMAND_TOPIC
 
     enabled: bool = False
     command_topic: str | None = Field(
         default=None,
-        description='the topic on the remote broker the cloud publishes update commands to; '
-        'default "outpost-cmd/<gateway_id>/update"; an [[uplink.inbound]] rule must bring it in',
-    )
-    ca_file: Path | None = Field(
-        default=None, description="CA certificates for the HTTPS server of the bundles "
-        "(default: the system's)",
+        description='the topic on the remote broker the cloud publishes these commands to; '
+        'default "outpost-cmd/<gateway_id>/update" ([remote_update]) or ".../config" '
+        '([remote_config]); an [[uplink.inbound]] rule must bring it in',
     )
 
     @field_validator("command_topic")
@@ -71,23 +71,32 @@ class RemoteUpdateConfig(Section):
                 raise ValueError(exc.reason) from None
         return value
 
-    @field_validator("ca_file")
-    @classmethod
-    def _file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        return None if value is None else existing_file(value, info)
-
     def remote_command_topic(self, gateway_id: str) -> str:
         """The command topic on the remote; raises ValueError when the default cannot be made
         from `gateway_id`."""
         if self.command_topic is not None:
             return self.command_topic
-        topic = DEFAULT_COMMAND_TOPIC.format(gateway_id=gateway_id)
+        topic = self.DEFAULT_TOPIC.format(gateway_id=gateway_id)
         try:
             validate_topic_name(topic)
         except MQTTProtocolError as exc:
             raise ValueError(f"the default command topic {topic!r}: {exc.reason} "
                              "(set command_topic)") from None
         return topic
+
+
+class RemoteUpdateConfig(CommandSection):
+    """The `[remote_update]` section: updates triggered from the cloud through the uplink."""
+
+    ca_file: Path | None = Field(
+        default=None, description="CA certificates for the HTTPS server of the bundles "
+        "(default: the system's)",
+    )
+
+    @field_validator("ca_file")
+    @classmethod
+    def _file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return None if value is None else existing_file(value, info)
 
 
 class CommandError(ValueError):
@@ -99,13 +108,15 @@ class CommandError(ValueError):
 
 
 class UpdateCommand(BaseModel):
-    """`{"url": "https://...", "sha256": "<64 hex>", "id": "<the sender's request id>"}`."""
+    """`{"url": "https://...", "sha256": "<64 hex>", "id": "<the sender's request id>"}`,
+    and `"allow_downgrade": true` to install a bundle older than the running version."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: Annotated[str, Field(max_length=2048)]
     sha256: str
     id: str
+    allow_downgrade: bool = False  # a bundle older than the running version installs only so
 
     @field_validator("url")
     @classmethod
@@ -126,9 +137,24 @@ class UpdateCommand(BaseModel):
     @field_validator("id")
     @classmethod
     def _id(cls, value: str) -> str:
-        if not _REQUEST_ID.fullmatch(value):
-            raise ValueError("must be 1 to 64 of A-Z a-z 0-9 . _ : -")
-        return value
+        return check_request_id(value)
+
+
+def check_request_id(value: str) -> str:
+    """A sender's request id (reports carry it); ValueError when it is not one."""
+    if not _REQUEST_ID.fullmatch(value):
+        raise ValueError("must be 1 to 64 of A-Z a-z 0-9 . _ : -")
+    return value
+
+
+def problems_of(exc: ValidationError, what: str) -> str:
+    """A model's validation errors as `field: problem; ...` for a refusal."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or what
+        text = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
+        problems.append(f"{where}: {text.removeprefix('Value error, ')}")
+    return "; ".join(problems)
 
 
 def parse_command(payload: bytes) -> UpdateCommand:
@@ -148,12 +174,7 @@ def parse_command(payload: bytes) -> UpdateCommand:
     try:
         return UpdateCommand.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            where = ".".join(str(part) for part in error["loc"]) or "command"
-            text = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
-            problems.append(f"{where}: {text.removeprefix('Value error, ')}")
-        raise CommandError("; ".join(problems), request_id) from None
+        raise CommandError(problems_of(exc, "command"), request_id) from None
 
 
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")

@@ -88,7 +88,8 @@ def run_request(spool: Spool, device: update.Device, ca_file: Path | None, reboo
 
     try:
         info = update.install(command.url, device, progress, ca_file=ca_file,
-                              sha256=command.sha256, reboot=False)
+                              sha256=command.sha256, reboot=False,
+                              allow_downgrade=command.allow_downgrade)
     except update.UpdateError as exc:
         request.update(state="failed", error=str(exc))
         return _finish(spool, state, request, say)

@@ -287,6 +287,34 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         Run(r"backed up \S+/outpost\.db to \S+/before-restore\.db", gateway=True),
     ),
     "outpost db check --state-dir /var/lib/outpost": (Run(r"^ok\n$", gateway=True),),
+    "python -m cloud_spark.fleet keygen --out /srv/fleet/keys --key-id fleet-1": (
+        RunElsewhere("tests/cloud_spark/test_fleet_cli.py::test_keygen_makes_a_key_pair_once"),
+    ),
+    "python -m cloud_spark.fleet config send --broker mqtt.example.com:8883 --tls-ca ca.pem "
+    "--tls-cert deploy.pem --tls-key deploy.key --gateway 'plant-*' --config plant-map.toml "
+    "--signing-key /srv/fleet/keys/fleet-1.key": (
+        RunElsewhere("tests/outpost/test_remote_config.py::"
+                     "test_the_cloud_command_sends_to_a_pattern_and_shows_each_result"),
+    ),
+    "python -m cloud_spark.fleet token add --registry /srv/fleet/registry.json --uses 200 "
+    "--valid-days 30 --allow 'plant-*'": (
+        RunElsewhere("tests/cloud_spark/test_fleet_cli.py::test_token_add_records_a_token"),
+    ),
+    "python -m cloud_spark.fleet enroll serve --broker mqtt.example.com:8883 --tls-ca "
+    "fleet-ca.pem --tls-cert enroll-service.pem --tls-key enroll-service.key --registry "
+    "/srv/fleet/registry.json --ca-cert fleet-ca.pem --ca-key fleet-ca.key": (
+        NotRunnable("needs the cloud broker at mqtt.example.com and runs until stopped; "
+                    "tests/outpost/test_enroll.py runs the same service against a local "
+                    "mosquitto with TLS and client certificates"),
+    ),
+    "outpost enroll --provisioning /boot/firmware/outpost/provision.toml --state-dir "
+    "/var/lib/outpost --config /etc/outpost/outpost.toml": (
+        RunElsewhere("tests/outpost/test_enroll.py::"
+                     "test_a_card_enrolls_then_connects_with_its_own_certificate"),
+    ),
+    "outpost config history": (
+        RunElsewhere("tests/outpost/test_remote_config.py::test_history_show_and_rollback_by_hand"),
+    ),
     # docs/security.md
     "outpost passwd /etc/outpost/passwd alice": (
         Run(r"added user 'alice'", prompts=("alice-secret", "alice-secret"),

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from bridge.uplink.client import RemoteLink
-from bridge.uplink.config import DIAGNOSTICS_LOCAL_TOPIC, UplinkConfig
+from bridge.uplink.config import DIAGNOSTICS_LOCAL_TOPIC, RemoteConfig, UplinkConfig
 from bridge.uplink.hook import INBOUND_CLIENT_ID, UplinkHook
 from gateway.base.outbox import Outbox
 from gateway.broker.engine.broker import Broker
@@ -45,7 +45,8 @@ class UplinkService:
         self.gateway_id = gateway_id
         self.wake = asyncio.Event()
         self.links: list[RemoteLink] = []
-        self.tasks: list[asyncio.Task[None]] = []
+        self.tasks: list[asyncio.Task[None]] = []  # the status report, a reconnect
+        self.link_tasks: list[asyncio.Task[None]] = []  # one per link, in the links' order
         self.inbound: Link | None = None
         self.status_link: Link | None = None
 
@@ -63,7 +64,7 @@ class UplinkService:
                 self.config, remote, self.outbox, self.gateway_id, self.inbound, self.wake
             )
             self.links.append(link)
-            self.tasks.append(loop.create_task(link.run(), name=f"uplink-{remote.name}"))
+            self.link_tasks.append(loop.create_task(link.run(), name=f"uplink-{remote.name}"))
         self.tasks.append(loop.create_task(self._report(), name="uplink-status"))
         log.info(
             "uplink: %d remote(s), %d forward rule(s), %d inbound rule(s); backlog %d message(s)",
@@ -103,17 +104,47 @@ class UplinkService:
         }
 
     def reload(self, new: UplinkConfig) -> None:
-        """SIGHUP: forward and inbound rules change live; remotes at the next restart."""
-        if new.remotes != self.config.remotes or new.enabled != self.config.enabled:
-            log.warning("uplink: [uplink] remotes or enabled changed: takes effect at restart")
-            new = new.model_copy(update={"remotes": self.config.remotes,
-                                         "enabled": self.config.enabled})
+        """SIGHUP: forward and inbound rules change live; changed remotes are connected
+        again (the old links stop first: their `offline`, then the new links' `online`);
+        `enabled` at the next restart."""
+        if new.enabled != self.config.enabled:
+            log.warning("uplink: [uplink] enabled changed: takes effect at restart")
+            new = new.model_copy(update={"enabled": self.config.enabled})
+        reconnect = new.remotes != self.config.remotes and bool(self.links)
         self.hook.apply(new)
         self.config = new
         for link in self.links:
             link.config = new  # inbound subscriptions follow at the next reconnect
         log.info("uplink: %d forward rule(s), %d inbound rule(s) after reload",
                  len(new.forward), len(new.inbound))
+        if reconnect:
+            log.warning("uplink: [uplink] remotes changed: reconnecting")
+            old_links, old_tasks = self.links, self.link_tasks
+            # The new links are in place at once (not connected yet): nobody reads the old
+            # links' "connected" once the configuration that made them is gone.
+            self.links = [self._link(remote, old_links) for remote in new.remotes]
+            self.link_tasks = []
+            self.tasks.append(asyncio.get_running_loop().create_task(
+                self._replace_links(old_tasks), name="uplink-reconnect"))
+
+    def _link(self, remote: RemoteConfig, old: list[RemoteLink]) -> RemoteLink:
+        link = RemoteLink(self.config, remote, self.outbox, self.gateway_id, self.inbound,
+                          self.wake)
+        for previous in old:  # the retained gateway statuses go out again on the new link
+            for subtopic, payload in previous.status_retained.items():
+                link.offer_status(subtopic, payload, True)
+        return link
+
+    async def _replace_links(self, old_tasks: list[asyncio.Task[None]]) -> None:
+        for task in old_tasks:
+            task.cancel()
+        for task in old_tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        loop = asyncio.get_running_loop()
+        for link in self.links:
+            self.link_tasks.append(loop.create_task(link.run(),
+                                                    name=f"uplink-{link.remote.name}"))
 
     async def _report(self) -> None:
         attempts = [link.attempted.wait() for link in self.links]
@@ -128,12 +159,14 @@ class UplinkService:
     async def stop(self) -> None:
         """Cancel the links (unacknowledged records stay in the outbox); a connected link
         publishes the retained gateway status `offline` before it disconnects."""
-        for task in self.tasks:
+        tasks = [*self.tasks, *self.link_tasks]
+        for task in tasks:
             task.cancel()
-        for task in self.tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self.tasks.clear()
+        self.link_tasks.clear()
         for link in (self.inbound, self.status_link):
             if link is not None:
                 link.close()

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from cloud_spark import bronze_files as bf
 from cloud_spark import tables
+from cloud_spark.jobs.fleet import fleet_rows
 
 INPUTS = (
     "messages",
@@ -141,6 +142,22 @@ def render(
     return "\n".join([*lines, verdict])
 
 
+def render_fleet(rows: list[dict[str, Any]]) -> str:
+    """The report's fleet section: one line per gateway (gold/fleet)."""
+    lines = [f"fleet              {len(rows):>12,} gateway(s)"]
+    for r in rows:
+        config = (f"config {r['config_running_version']} ({r['config_state']} "
+                  f"{r['config_version']})" if r.get("config_state") else "config -")
+        lines.append(
+            f"  {r['gateway']:<20} {r.get('status') or '-':<8} image "
+            f"{r.get('image_version') or '-'} slot {r.get('slot') or '-'}, {config}, cert "
+            f"until {r.get('cert_not_after') or '-'} ({r.get('cert_state') or '-'}), backlog "
+            f"{r['backlog_messages'] if r.get('backlog_messages') is not None else '-'}, "
+            f"last seen {r['last_seen_ts']:%Y-%m-%dT%H:%M:%SZ}"
+            if r.get("last_seen_ts") else f"  {r['gateway']}")
+    return "\n".join(lines)
+
+
 def run(spark: SparkSession, root: str, out: str, params: ReportParams) -> dict[str, Any]:
     """Summarize the tables under ``out``, print it, write JSON; return the JSON object."""
     del root
@@ -149,9 +166,13 @@ def run(spark: SparkSession, root: str, out: str, params: ReportParams) -> dict[
     summary: dict[str, Any] = row.asDict() if row is not None else {}
     reasons = {r["reason"]: r["rows"] for r in quarantine_reasons(frames["quarantine"]).collect()}
     skipped = bf.skipped_counts(spark, out)
-    report = {**summary, "quarantine_reasons": reasons, "bronze_files_skipped": skipped}
+    fleet = fleet_rows(spark, out)
+    report = {**summary, "quarantine_reasons": reasons, "bronze_files_skipped": skipped,
+              "fleet": fleet}
     print(render(summary, reasons, skipped))
+    if fleet:
+        print(render_fleet(fleet))
     path = Path(params.json_path or tables.join_path(out, "report.json"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    path.write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
     return report

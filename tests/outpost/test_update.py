@@ -76,7 +76,6 @@ def test_fetch_checks_the_sha256_and_reports_progress(https_server: Server, tmp_
 
 @pytest.mark.parametrize(("path", "sha256", "error"), [
     ("/bundle.raucb", "0" * 64, "is not the expected"),
-    ("/stops-halfway.raucb", None, f"stopped after {len(PAYLOAD) // 2} bytes of {len(PAYLOAD)}"),
     ("/huge.raucb", None, "not enough space"),
     ("/missing.raucb", None, "download failed: Not Found"),
 ])
@@ -86,6 +85,21 @@ def test_a_bad_download_is_refused_and_leaves_nothing(
         update.fetch(f"{https_server.base}{path}", tmp_path, https_server.ca_file, sha256,
                      lambda line: None)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_download_that_keeps_stopping_keeps_its_part_to_resume(https_server: Server,
+                                                                 tmp_path: Path) -> None:
+    """This server never sends more than half and knows no ranges: after the attempts, the
+    half that arrived stays for the next command to resume from."""
+    lines: list[str] = []
+    with pytest.raises(update.UpdateError, match=f"stopped after {len(PAYLOAD) // 2} bytes of "
+                       f"{len(PAYLOAD)} \\(2 attempts; the {len(PAYLOAD) // 2} bytes are kept"):
+        update.fetch(f"{https_server.base}/stops-halfway.raucb", tmp_path,
+                     https_server.ca_file, None, lines.append, attempts=2, retry_delay=0.01)
+    assert any("resuming in 0.01 s (attempt 2 of 2)" in line for line in lines)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stops-halfway.raucb.part",
+                                                          "stops-halfway.raucb.part.json"]
+    assert (tmp_path / "stops-halfway.raucb.part").read_bytes() == PAYLOAD[:len(PAYLOAD) // 2]
 
 
 def test_a_server_the_ca_file_does_not_vouch_for_is_refused(https_server: Server,
@@ -103,14 +117,16 @@ def test_a_failed_install_is_recorded_and_touches_nothing(https_server: Server,
     (tmp_path / "system.conf").write_text("[system]\ncompatible=outpost-x86-64\n")
     device = update.Device(rauc="rauc-is-never-reached", system_conf=tmp_path / "system.conf",
                            download_dir=tmp_path / "download",
-                           last_install=tmp_path / "last.json")
+                           last_install=tmp_path / "last.json", download_attempts=2,
+                           retry_delay=0.01)
     url = f"{https_server.base}/stops-halfway.raucb"
     with pytest.raises(update.UpdateError, match="stopped after"):
         update.install(url, device, lambda line: None, ca_file=https_server.ca_file, reboot=False)
     record = json.loads(device.last_install.read_text())
     assert record["result"] == "failed" and record["source"] == url
     assert "stopped after" in record["error"]
-    assert list(device.download_dir.iterdir()) == []
+    assert [p.name for p in device.download_dir.iterdir() if p.suffix != ".json"] == [
+        "stops-halfway.raucb.part"]  # kept to resume
     with pytest.raises(update.UpdateError, match="no such file"):
         update.install(str(tmp_path / "nothing.raucb"), device, lambda line: None, reboot=False)
 

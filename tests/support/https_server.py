@@ -50,3 +50,54 @@ def serve_https(handler: Handler, work: Path, address: str = "127.0.0.1"
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+class FlakyFile:
+    """A file served with byte ranges over a link that drops: the connection is cut when
+    the byte at each offset of `drops` is reached (once per offset), as a cellular link does.
+    `sent` counts the body bytes that went out, `requests` the Range headers asked."""
+
+    def __init__(self, path: str, data: bytes, drops: list[int]) -> None:
+        self.path = path
+        self.data = data
+        self.drops = sorted(drops)
+        self.sent = 0
+        self.requests: list[str | None] = []
+        self.lock = threading.Lock()
+
+    def handler(self) -> Handler:
+        """The request handler class serving this file."""
+        flaky = self
+
+        class _Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path != flaky.path:
+                    self.send_error(404)
+                    return
+                asked = self.headers.get("Range")
+                flaky.requests.append(asked)
+                start = int(asked.removeprefix("bytes=").split("-")[0]) if asked else 0
+                size = len(flaky.data)
+                if start >= size:
+                    self.send_error(416)
+                    return
+                self.send_response(206 if asked else 200)
+                if asked:
+                    self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
+                self.send_header("Content-Length", str(size - start))
+                self.send_header("ETag", '"v1"')
+                self.end_headers()
+                with flaky.lock:
+                    cut = next((d for d in flaky.drops if d > start), size)
+                    if cut < size:
+                        flaky.drops.remove(cut)
+                body = flaky.data[start:cut]
+                self.wfile.write(body)
+                self.wfile.flush()
+                flaky.sent += len(body)
+                self.close_connection = True  # at `cut`: the link drops mid-body
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        return _Handler

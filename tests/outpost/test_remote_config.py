@@ -1,0 +1,281 @@
+"""Remote configuration end to end on this machine: a real mosquitto as the cloud broker, the
+real `outpost run` whose uplink brings `outpost-cmd/site7/config` in, and the cloud's own
+command (`cloud_spark.fleet`) signing and sending. A good configuration is applied and kept in
+the history; every kind of bad input is refused with its reason and the running file is
+untouched; a configuration that breaks the uplink is rolled back by the gateway itself, and
+a persistent session's queue loses nothing on the way."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+
+from cloud_spark.fleet.broker import BrokerOptions, CloudSession
+from cloud_spark.fleet.config_send import send_config
+from cloud_spark.fleet.signing import generate_key, load_signing_key, sign_config
+from outpost.config_store import sha256_text
+from outpost.remote_config_document import DocumentError, parse_signed
+from tests.conftest import require
+from tests.support.broker_proc import ROOT, BrokerProcess
+from tests.support.mosquitto import Mosquitto, free_port, start_mosquitto
+from tests.support.waiting import wait_for
+
+STATUS = "outpost-status/site7/config"
+COMMAND = "outpost-cmd/site7/config"
+
+
+@pytest.fixture
+def cloud(tmp_path: Path) -> Iterator[Mosquitto]:
+    require("mosquitto")
+    with start_mosquitto(tmp_path / "cloud") as broker:
+        yield broker
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> tuple[Path, Path]:
+    """(the cloud's signing key, the gateway's keyring folder holding its public half)."""
+    private, public = generate_key(tmp_path / "signing", "fleet-1")
+    keyring = tmp_path / "keyring"
+    keyring.mkdir()
+    shutil.copy(public, keyring / public.name)
+    return private, keyring
+
+
+def gateway_config(cloud_port: int, keyring: Path, extra: str = "") -> str:
+    return f"""gateway_id = "site7"
+[uplink]
+enabled = true
+[[uplink.remotes]]
+name = "cloud"
+addresses = ["127.0.0.1:{cloud_port}"]
+client_id = "uplink-site7"
+backoff_initial = 0.2
+backoff_max = 1.0
+[[uplink.inbound]]
+filter = "outpost-cmd/site7/#"
+[remote_config]
+enabled = true
+keyring = "{keyring}"
+health_deadline = 4
+{extra}"""
+
+
+@pytest.fixture
+def gateway(cloud: Mosquitto, keys: tuple[Path, Path], tmp_path: Path,
+            broker_factory: Callable[..., BrokerProcess]) -> tuple[BrokerProcess, Path, Path]:
+    """(the gateway, its config file, its state dir)."""
+    state = tmp_path / "state"
+    process = broker_factory(gateway_config(cloud.port, keys[1]), "--state-dir", str(state))
+    wait_for(lambda: "uplink cloud: inbound subscribed" in process.log())
+    return process, tmp_path / "broker0" / "outpost.toml", state
+
+
+@pytest.fixture
+def session(cloud: Mosquitto) -> Iterator[CloudSession]:
+    with CloudSession(BrokerOptions("127.0.0.1", cloud.port, "test-fleet")) as s:
+        s.subscribe(STATUS)
+        yield s
+
+
+def report(session: CloudSession, **expected: Any) -> dict[str, Any]:
+    """Wait for the retained config status to hold `expected`."""
+    def matches(latest: dict[str, bytes]) -> bool:
+        value = json.loads(latest.get(STATUS, b"{}"))
+        return all(value.get(k) == v for k, v in expected.items())
+    assert session.wait(matches, 60), f"no report {expected}: {session.latest.get(STATUS)!r}"
+    result: dict[str, Any] = json.loads(session.latest[STATUS])
+    return result
+
+
+def history(config: Path, state: Path) -> list[dict[str, Any]]:
+    out = subprocess.run([sys.executable, "-m", "outpost", "config", "history", "--json",
+                          "--config", str(config), "--state-dir", str(state)],
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    result: list[dict[str, Any]] = json.loads(out.stdout)
+    return result
+
+
+def test_the_cloud_signs_what_the_gateway_verifies(keys: tuple[Path, Path]) -> None:
+    private, keyring = keys
+    payload = sign_config(load_signing_key(private), "fleet-1", "site7", 3, "r3", "x = 1\n")
+    signed = parse_signed(payload, keyring, "site7", 65536)
+    assert (signed.document.version, signed.document.config, signed.key_id) == (3, "x = 1\n",
+                                                                                "fleet-1")
+    with pytest.raises(DocumentError, match="for gateway 'site7', this is 'site8'"):
+        parse_signed(payload, keyring, "site8", 65536)
+    tampered = json.loads(payload)
+    tampered["document"] = tampered["document"][:-4] + "AAA="
+    with pytest.raises(DocumentError, match="bad signature"):
+        parse_signed(json.dumps(tampered).encode(), keyring, "site7", 65536)
+
+
+def test_a_signed_configuration_is_applied_and_kept(
+        cloud: Mosquitto, keys: tuple[Path, Path], gateway: tuple[BrokerProcess, Path, Path],
+        session: CloudSession, tmp_path: Path) -> None:
+    process, config, state = gateway
+    original = config.read_text(encoding="utf-8")
+    new = gateway_config(cloud.port, keys[1], "[limits]\nmax_inflight = 17\n")
+    [result] = send_config(session, ["site7"], new, keys[0], 5, "more-inflight", 60)
+    assert (result.state, result.reason) == ("applied", ""), result
+    assert config.read_text(encoding="utf-8") == new
+    assert "reload: limits.max_inflight: " in process.log()
+    final = report(session, version=5, state="applied")
+    assert final["sha256"] == sha256_text(new) == final["running"]["sha256"]
+    assert final["running"]["version"] == 5
+    versions = history(config, state)
+    assert [(v["source"], v["result"]) for v in versions] == [("hand", "applied"),
+                                                              ("remote:5", "applied")]
+    assert versions[0]["sha256"] == sha256_text(original)
+    # The same document again is a replay.
+    [again] = send_config(session, ["site7"], new, keys[0], 5, "more-inflight", 60)
+    assert again.state == "refused" and "replay: version 5 is not above 5" in again.reason
+
+
+def test_bad_input_is_refused_and_the_running_file_stays(
+        cloud: Mosquitto, keys: tuple[Path, Path], gateway: tuple[BrokerProcess, Path, Path],
+        session: CloudSession, tmp_path: Path) -> None:
+    _, config, state = gateway
+    original = config.read_text(encoding="utf-8")
+    good = gateway_config(cloud.port, keys[1], "[limits]\nmax_inflight = 17\n")
+    key = load_signing_key(keys[0])
+    other, _ = generate_key(tmp_path / "other", "fleet-1")  # the same id, another key
+    stranger, _ = generate_key(tmp_path / "stranger", "stranger")
+    [applied] = send_config(session, ["site7"], good, keys[0], 10, "base", 60)
+    assert applied.state == "applied"
+    running = config.read_text(encoding="utf-8")
+
+    def refused(payload: bytes, version: int | None, reason: str) -> None:
+        session.publish(COMMAND, payload)
+        got = report(session, state="refused", version=version)
+        assert reason in got["reason"], got
+        assert config.read_text(encoding="utf-8") == running
+
+    refused(sign_config(load_signing_key(other), "fleet-1", "site7", 11, "r", good), 11,
+            "bad signature: the document does not verify with key 'fleet-1'")
+    refused(sign_config(load_signing_key(stranger), "stranger", "site7", 12, "r", good), 12,
+            "unknown key 'stranger'")
+    refused(sign_config(key, "fleet-1", "site8", 13, "r", good), 13,
+            "the document is for gateway 'site8'")
+    refused(sign_config(key, "fleet-1", "site7", 9, "r", good), 9,
+            "replay: version 9 is not above 10")
+    refused(sign_config(key, "fleet-1", "site7", 14, "r", good + "[limits\n"), 14,
+            "invalid configuration: not valid TOML")
+    with_map = good + ('[[bridge.buses]]\nname = "plc"\ntype = "tcp"\nhost = "127.0.0.1"\n'
+                       '[[bridge.devices]]\nname = "meter"\nbus = "plc"\nunit_id = 1\n'
+                       'address_base = 0\nmap = "missing-map.toml"\n')
+    refused(sign_config(key, "fleet-1", "site7", 15, "r", with_map), 15, "missing-map.toml")
+    refused(sign_config(key, "fleet-1", "site7", 16, "r", good + "#" * 300_000), None,
+            "at most 262144 are read")
+    refused(sign_config(key, "fleet-1", "site7", 17, "r",
+                        good.replace("site7", "site9")), 17,
+            "gateway_id: 'site9' is not this gateway's")
+    versions = history(config, state)
+    assert [v["result"] for v in versions] == ["applied", "applied", "refused", "refused",
+                                                "refused"]
+    assert versions[0]["sha256"] == sha256_text(original)
+
+
+def test_a_configuration_that_breaks_the_uplink_rolls_back_by_itself(
+        cloud: Mosquitto, keys: tuple[Path, Path], gateway: tuple[BrokerProcess, Path, Path],
+        session: CloudSession) -> None:
+    process, config, state = gateway
+    original = config.read_text(encoding="utf-8")
+    # A persistent session with messages queued for it, before and across the rollback.
+    queued = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="keeper",
+                         protocol=mqtt.MQTTv311, clean_session=False)
+    subscribed: list[int] = []
+    queued.on_subscribe = lambda c, u, mid, rc, p: subscribed.append(mid)
+    queued.connect(process.host, process.port)
+    queued.loop_start()
+    queued.subscribe("plant/#", qos=1)
+    wait_for(lambda: subscribed)
+    queued.disconnect()
+    queued.loop_stop()
+    publisher = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+    publisher.connect(process.host, process.port)
+    publisher.loop_start()
+    for n in range(20):
+        publisher.publish(f"plant/{n}", str(n), qos=1).wait_for_publish(10)
+
+    broken = gateway_config(free_port(), keys[1])  # nobody listens there
+    [result] = send_config(session, ["site7"], broken, keys[0], 20, "bad-uplink", 90)
+    assert result.state == "rolled back", result
+    assert "not healthy within 4 s: uplink not connected: cloud" in result.reason
+    assert config.read_text(encoding="utf-8") == original
+    versions = history(config, state)
+    assert [(v["source"], v["result"]) for v in versions] == [
+        ("hand", "applied"), ("remote:20", "rolled back"), ("rollback:1", "applied")]
+    final = report(session, version=20, state="rolled back")
+    assert final["running"]["sha256"] == sha256_text(original)
+
+    for n in range(20, 25):  # and the broker still takes and queues
+        publisher.publish(f"plant/{n}", str(n), qos=1).wait_for_publish(10)
+    publisher.disconnect()
+    publisher.loop_stop()
+    got: list[str] = []
+    queued.on_message = lambda c, u, m: got.append(m.payload.decode())
+    queued.connect(process.host, process.port)
+    queued.loop_start()
+    try:
+        wait_for(lambda: len(got) >= 25, message=f"queued messages lost: {got}")
+    finally:
+        queued.disconnect()
+        queued.loop_stop()
+    assert sorted(int(g) for g in got) == list(range(25))
+
+
+def test_the_cloud_command_sends_to_a_pattern_and_shows_each_result(
+        cloud: Mosquitto, keys: tuple[Path, Path], gateway: tuple[BrokerProcess, Path, Path],
+        tmp_path: Path) -> None:
+    """`python -m cloud_spark.fleet config send` as docs/operations.md shows it: the gateways
+    found by their status topic, a template with {gateway_id}, one line per gateway."""
+    _, config, _ = gateway
+    template = tmp_path / "template.toml"
+    template.write_text(gateway_config(cloud.port, keys[1], "[limits]\nmax_inflight = 9\n")
+                        .replace("site7", "{gateway_id}"), encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, "-m", "cloud_spark.fleet", "config", "send", "--broker",
+         f"127.0.0.1:{cloud.port}", "--gateway", "site*", "--config", str(template),
+         "--signing-key", str(keys[0]), "--wait", "60"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "to 1 gateway(s)" in out.stdout
+    assert " applied after " in out.stdout.splitlines()[-1]
+    assert out.stdout.splitlines()[-1].startswith("site7  version ")
+    assert "max_inflight = 9" in config.read_text(encoding="utf-8")
+
+
+def test_history_show_and_rollback_by_hand(
+        cloud: Mosquitto, keys: tuple[Path, Path], gateway: tuple[BrokerProcess, Path, Path],
+        session: CloudSession) -> None:
+    """`outpost config history|show|rollback` on the device, as docs/operations.md shows."""
+    process, config, state = gateway
+    original = config.read_text(encoding="utf-8")
+    new = gateway_config(cloud.port, keys[1], "[limits]\nmax_inflight = 17\n")
+    [result] = send_config(session, ["site7"], new, keys[0], 5, "r5", 60)
+    assert result.state == "applied"
+
+    def outpost(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "outpost", "config", *args, "--config",
+                              str(config), "--state-dir", str(state)],
+                             capture_output=True, text=True, cwd=ROOT, check=True)
+        return out.stdout
+
+    lines = outpost("history").splitlines()
+    assert lines[0].split()[:4] == ["1", lines[0].split()[1], sha256_text(original)[:12], "hand"]
+    assert lines[1].startswith("*") and "remote:5" in lines[1] and "applied" in lines[1]
+    assert outpost("show", "1") == original
+    assert "version 3 written (rollback:1)" in outpost("rollback")
+    assert config.read_text(encoding="utf-8") == original
+    process.process.send_signal(signal.SIGHUP)  # systemctl reload outpost
+    wait_for(lambda: "reload: limits.max_inflight: 17 -> " in process.log())
