@@ -190,6 +190,16 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         "outpost modbus probe --tcp 192.168.1.10:502 --unit-id 1 --map maps/plc.toml "
         "--address-base 0",
     )},
+    **{line: (RunElsewhere("tests/bridge/opcua/test_node_server.py::"
+                           "test_browse_and_probe_commands"),)
+       for line in (
+        "outpost opcua browse opc.tcp://192.168.0.10:4840",
+        "outpost opcua browse opc.tcp://192.168.0.10:4840 /3:DataBlocksGlobal --depth 2",
+        "outpost opcua probe opc.tcp://192.168.0.10:4840 --save-certificate "
+        "/etc/outpost/opcua/press-1.der",
+        "outpost opcua probe --config /etc/outpost/outpost.toml --device press-1",
+    )},
+    ".venv/bin/python -m bench.bridge.opcua": (NotRunnable(BENCH),),
     ".venv/bin/python -m pytest tests/bridge": (
         NotRunnable("the bridge test suite itself: a test cannot run the suite it is part of"),
     ),
