@@ -3,7 +3,7 @@
 How this works: a thin layer. :func:`build_parser` declares every command and flag (the docs
 test checks that each appears in ``docs/cloud.md``); :func:`main` turns flags into the
 parameter dataclass of the chosen command and calls the library function. ``land`` never
-imports PySpark; the jobs never import aiomqtt. Job results are printed as one JSON line.
+imports PySpark; the jobs never import paho-mqtt. Job results are printed as one JSON line.
 """
 
 from __future__ import annotations
@@ -84,6 +84,16 @@ def _add_land(sub: Any) -> None:
         help="MQTT 5 Receive Maximum: unacked messages in flight; a file is committed "
         "when it holds this many",
     )  # fmt: skip
+    p.add_argument(
+        "--max-held", type=_positive_int, metavar="N",
+        help="stop reading the socket while this many messages are received and not yet "
+        "acknowledged (default: twice --receive-maximum)",
+    )  # fmt: skip
+    p.add_argument(
+        "--leave", action="store_true",
+        help="leave the share group for good: land what the session holds, unsubscribe, "
+        "end the session, exit",
+    )  # fmt: skip
     p.add_argument("--session-expiry", type=int, default=7 * 24 * 3600, help="seconds")
     p.add_argument("--keepalive", type=int, default=30, help="seconds")
     p.add_argument("--username")
@@ -135,9 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     rollups.add_argument(
         "--full", action="store_true", help="recompute every day, not only the touched ones"
     )
-    availability = _add_job(
-        sub, "availability", "device, gateway and link outages, uptime"
-    )
+    availability = _add_job(sub, "availability", "device, gateway and link outages, uptime")
     availability.add_argument(
         "--expected-interval-s", type=float, default=60.0, help="heartbeat of the devices"
     )
@@ -278,7 +286,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
 
 
 def _land(args: argparse.Namespace) -> int:
-    # The lander (aiomqtt) is imported by the `land` command only; the jobs never load it.
+    # The lander (paho-mqtt) is imported by the `land` command only; the jobs never load it.
     from cloud_spark.lander import LanderConfig, run_lander
 
     host, port = args.broker
@@ -292,6 +300,8 @@ def _land(args: argparse.Namespace) -> int:
         roll_bytes=args.roll_bytes,
         roll_seconds=args.roll_seconds,
         receive_maximum=args.receive_maximum,
+        max_held=args.max_held,
+        leave=args.leave,
         session_expiry_s=args.session_expiry,
         keepalive_s=args.keepalive,
         username=args.username,
