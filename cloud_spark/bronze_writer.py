@@ -46,6 +46,8 @@ from cloud_spark.records import partition_dir
 
 T = TypeVar("T")
 
+HOUR_MS = 3_600_000
+
 
 def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text) or "lander"
@@ -98,6 +100,7 @@ class Sealed(Generic[T]):
 @dataclass
 class _OpenFile(Sealed[T]):
     partition: str = ""
+    hour: int = 0  # ingest ms // HOUR_MS of every record in the file
     opened_at: float = 0.0
     bytes: int = 0
 
@@ -163,11 +166,11 @@ class BronzeWriter(Generic[T]):
         hour; the caller must :func:`finish` it before any file sealed later.
         """
         sealed = None
-        partition = partition_dir(ingest_ms)
-        if self._open is not None and self._open.partition != partition:
+        hour = ingest_ms // HOUR_MS  # partitions are UTC hours: no date formatting per record
+        if self._open is not None and self._open.hour != hour:
             sealed = self.seal()
         if self._open is None:
-            self._open = self._start(partition, ingest_ms)
+            self._open = self._start(partition_dir(ingest_ms), ingest_ms)
         self._open.lines.append(line)
         self._open.bytes += len(line)
         self._open.tokens.append(token)
@@ -203,5 +206,5 @@ class BronzeWriter(Generic[T]):
         temp_path.touch()  # marks the file as open (and as this run's) until it is renamed
         return _OpenFile(
             temp_path, directory / name, self.compresslevel,
-            partition=partition, opened_at=self.clock(),
+            partition=partition, hour=ingest_ms // HOUR_MS, opened_at=self.clock(),
         )  # fmt: skip

@@ -2,12 +2,12 @@
 
 How this works:
 
-* One MQTT 5 connection at a time (:class:`cloud_spark.mqtt_link.Link`: paho-mqtt driven by
-  the asyncio loop, acknowledgements by hand through paho's public ``manual_ack`` API) with
+* One MQTT 5 connection at a time (:class:`cloud_spark.mqtt_link.Link`, an asyncio protocol
+  with its own codec, :mod:`cloud_spark.mqtt_codec`, that never acknowledges by itself) with
   a **persistent session**: ``clean_start=False`` and a Session Expiry Interval, so the
   broker queues QoS 1 messages while the lander is down. Subscriptions are QoS 1,
   optionally ``$share/<group>/<filter>`` so that several landers split the load.
-* paho calls :meth:`Lander._on_message` on the loop's thread while it reads the socket; the
+* The link calls :meth:`Lander._on_message` on the loop's thread as it cuts packets; the
   record goes straight into the open bronze file (in memory until it is committed).
 * **Committing in the background.** A file is *sealed* when it is big or old enough
   (checked on every message and by a ticker), when the ingest hour changes, or when it
@@ -57,9 +57,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as mqtt
-
 from cloud_spark.bronze_writer import BronzeWriter, Committed, Sealed, finish
+from cloud_spark.mqtt_codec import Publish
 from cloud_spark.mqtt_link import Link, LinkError
 from cloud_spark.records import bronze_record, encode_record
 
@@ -226,6 +225,10 @@ class Lander:
                 receive_maximum=self.cfg.receive_maximum,
             )
             self._window = min(self.cfg.receive_maximum, receive_maximum)
+            log.info(
+                "connected as %s (session present: %s, broker's receive maximum %d)",
+                self.cfg.client_id, link.session_present, receive_maximum,
+            )  # fmt: skip
             if self.cfg.leave:
                 await self._leave(link)
                 return
@@ -257,24 +260,24 @@ class Lander:
             raise LinkError("the broker closed the connection while leaving")
         await self._flush()
         mid, qos = self._marker.result()
-        link.ack(mid, qos)
+        if qos:
+            link.ack_all([mid])
         await link.unsubscribe([topic])
         await link.disconnect(session_expiry_s=0)
         log.info("left: session %s ended", self.cfg.client_id)
         self.stop.set()
 
-    def _on_message(self, message: mqtt.MQTTMessage) -> None:
-        """Called by paho on the loop's thread for every received PUBLISH."""
+    def _on_message(self, message: Publish) -> None:
+        """Called by the link on the loop's thread for every received PUBLISH."""
         if self._marker is not None and message.topic == leave_topic(self.cfg.client_id):
             if not self._marker.done():
                 self._marker.set_result((message.mid, message.qos))
             return
         ingest_ms = self.clock_ms()
-        props = message.properties
         record = bronze_record(
             remote_topic=message.topic,
-            payload=bytes(message.payload),
-            user_properties=getattr(props, "UserProperty", None) if props is not None else None,
+            payload=message.payload,
+            user_properties=message.user_properties,
             ingest_ms=ingest_ms,
             lander_id=self.cfg.client_id,
         )
@@ -370,10 +373,10 @@ class Lander:
         link = self._link
         acked = 0
         if link is not None and not link.lost.done():
-            for connection, mid, qos in committed.tokens:
-                if connection == self.connection and qos > 0:
-                    link.ack(mid, qos)
-                    acked += 1
+            live = self.connection
+            mids = [mid for connection, mid, qos in committed.tokens if connection == live and qos]
+            link.ack_all(mids)
+            acked = len(mids)
         log.info("committed %s (%d records, %d acked)", committed.path, committed.records, acked)
 
 

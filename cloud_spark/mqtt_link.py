@@ -1,28 +1,25 @@
-"""One MQTT 5 connection of the lander: paho-mqtt driven by the asyncio loop, acks by hand.
+"""One MQTT 5 connection of the lander: an asyncio protocol speaking :mod:`cloud_spark.mqtt_codec`.
 
 How this works:
 
-* paho-mqtt 2.x's public API only: ``Client(manual_ack=True)`` keeps paho from answering a
-  QoS 1 PUBLISH with PUBACK, and :meth:`Link.ack` (paho's ``ack(mid, qos)``) sends it later.
-  The socket is driven by the running asyncio loop through paho's external-loop hooks
-  (``on_socket_open``/``_close``/``_register_write``/``_unregister_write`` add and remove
-  the loop's reader and writer; ``loop_read``/``loop_write``/``loop_misc``), so there is no
-  network thread and no queue between paho and the lander: paho calls ``on_message`` from
-  inside :meth:`_readable`, on the loop's thread, and the lander appends to its open file
-  right there.
-* :meth:`_readable` reads packets until a read yields no message (paho's ``loop_read``
-  reads one packet per call), so one wake-up of the loop handles a whole burst. (TLS keeps
-  decrypted bytes of its own: when some are left, another read is scheduled at once.)
-* **The read switch.** :meth:`pause_reading` takes the socket out of the loop and
-  :meth:`resume_reading` puts it back: while paused nothing is read, so the kernel's
-  receive buffer fills and TCP flow control stops the broker. This bounds what the lander
-  holds whatever the broker does with Receive Maximum.
-* A fresh :class:`Link` (a fresh paho client) per connection: a packet id of an old
-  connection can never be acknowledged on a new one. :attr:`lost` resolves when the
-  connection ends for any reason (with the exception that ended it, if any).
-* Requests that wait for an answer (CONNACK, SUBACK, UNSUBACK, PUBACK of our own publish)
-  are futures keyed by packet id; a refusal raises :class:`LinkError` with the MQTT reason
-  code.
+* :meth:`Link.connect` opens a TCP (or TLS) connection with the loop's own transport, sends
+  CONNECT (``clean_start=False``, Session Expiry, Receive Maximum) and waits for CONNACK.
+  Bytes received are appended to a buffer and cut into packets; every PUBLISH goes to the
+  ``on_message`` callback right there, on the loop's thread, and the lander appends it to
+  its open file. Nothing acknowledges a PUBLISH but :meth:`Link.ack_all`: acks are always
+  deferred (QoS 1 only; the lander subscribes with QoS 1, so the broker downgrades QoS 2).
+* **The read switch.** :meth:`pause_reading` stops dispatching (what is left in the buffer
+  waits) and pauses the transport: nothing more is read from the socket, the kernel's
+  receive buffer fills and TCP flow control stops the broker, whatever it does with Receive
+  Maximum. :meth:`resume_reading` dispatches what was left, then reads again.
+* Keepalive: a PINGREQ every half keepalive; no packet at all from the broker within one and
+  a half keepalives of the ping (not counting time paused, when nothing is read) ends the
+  connection.
+* A fresh :class:`Link` per connection, so a packet id of an old connection is never acked
+  on a new one. :attr:`lost` resolves when the connection ends for any reason (with the
+  exception that ended it, if any). Requests that wait for an answer (CONNACK, SUBACK,
+  UNSUBACK, the PUBACK of our own publish) are futures keyed by packet id; a refusal raises
+  :class:`LinkError` with the MQTT reason code.
 """
 
 from __future__ import annotations
@@ -30,35 +27,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import ssl
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
-from paho.mqtt.reasoncodes import ReasonCode
+from cloud_spark import mqtt_codec as mc
 
 log = logging.getLogger("cloud_spark.mqtt_link")
 
-#: most packets read in one wake-up before other work of the loop gets a turn
-READ_BURST = 256
-#: how often paho's keepalive bookkeeping (PINGREQ, PINGRESP timeout) runs
-MISC_INTERVAL_S = 1.0
+CONNECT_TIMEOUT_S = 10.0
 
 
 class LinkError(Exception):
     """The broker refused something or the connection failed; the text names the reason."""
 
 
-def _code(reason: Any) -> int:
-    return int(reason.value) if isinstance(reason, ReasonCode) else int(reason or 0)
+def _refused(what: str, code: int) -> LinkError:
+    return LinkError(f"{what} refused: reason code 0x{code:02x}")
 
 
-def _describe(reason: Any) -> str:
-    return f"reason code 0x{_code(reason):02x} ({reason})"
+class _Protocol(asyncio.Protocol):
+    def __init__(self, link: Link) -> None:
+        self.link = link
+
+    def data_received(self, data: bytes) -> None:
+        self.link._data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.link._end(LinkError(f"connection lost: {exc}") if exc else None)
 
 
 class Link:
@@ -67,111 +64,111 @@ class Link:
     def __init__(
         self,
         client_id: str,
-        on_message: Callable[[mqtt.MQTTMessage], None],
+        on_message: Callable[[mc.Publish], None],
         *,
         username: str | None = None,
         password: str | None = None,
         tls_context: ssl.SSLContext | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
-        self.client = mqtt.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=client_id,
-            protocol=mqtt.MQTTv5,
-            manual_ack=True,
-        )
-        if username is not None:
-            self.client.username_pw_set(username, password)
-        if tls_context is not None:
-            self.client.tls_set_context(tls_context)
+        self.client_id = client_id
         self.lost: asyncio.Future[None] = self.loop.create_future()
         self.paused = False
+        #: the broker still had our session when it answered CONNECT
+        self.session_present = False
         self._on_message = on_message
-        self._messages = 0  # counts on_message calls: tells _readable a read found one
-        self._sock: Any = None
-        self._connack: asyncio.Future[int] = self.loop.create_future()
-        self._waiting: dict[int, asyncio.Future[list[Any]]] = {}
-        self._misc: asyncio.TimerHandle | None = None
-        client = self.client
-        client.on_connect = self._connected
-        client.on_disconnect = self._disconnected
-        client.on_message = self._message
-        client.on_subscribe = self._answered
-        client.on_unsubscribe = self._answered
-        client.on_publish = self._published
-        client.on_socket_open = self._socket_open
-        client.on_socket_close = self._socket_close
-        client.on_socket_register_write = self._want_write
-        client.on_socket_unregister_write = self._done_writing
+        self._username = username
+        self._password = password
+        self._tls = tls_context
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._connack: asyncio.Future[mc.Ack] = self.loop.create_future()
+        self._waiting: dict[int, asyncio.Future[mc.Ack]] = {}
+        self._next_mid = 0
+        self._keepalive = 0
+        self._last_heard = time.monotonic()
+        self._ping_sent: float | None = None
+        self._ping_timer: asyncio.TimerHandle | None = None
 
     # -- requests -------------------------------------------------------------------------
 
     async def connect(
         self, host: str, port: int, *, keepalive: int, session_expiry_s: int, receive_maximum: int
     ) -> int:
-        """Connect with ``clean_start=False``; returns the broker's Receive Maximum."""
-        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
-        props.SessionExpiryInterval = session_expiry_s
-        props.ReceiveMaximum = receive_maximum
+        """Connect without clean start; returns the broker's Receive Maximum."""
         try:
-            # blocking TCP (and TLS) connect, bounded by paho's connect timeout (5 s); the
-            # lander has nothing else to do meanwhile
-            self.client.connect(host, port, keepalive, clean_start=False, properties=props)
-        except (OSError, ssl.SSLError) as exc:
-            raise LinkError(f"cannot connect to {host}:{port}: {exc}") from exc
-        self._misc = self.loop.call_later(MISC_INTERVAL_S, self._tick)
-        broker_maximum: int = await self._until_lost(self._connack)
-        return broker_maximum
+            transport, _ = await asyncio.wait_for(
+                self.loop.create_connection(
+                    lambda: _Protocol(self), host, port,
+                    ssl=self._tls, server_hostname=host if self._tls else None,
+                ),
+                CONNECT_TIMEOUT_S,
+            )  # fmt: skip
+        except (OSError, TimeoutError) as exc:
+            raise LinkError(f"cannot connect to {host}:{port}: {exc or 'timed out'}") from exc
+        self._transport = transport
+        self._keepalive = keepalive
+        transport.write(
+            mc.connect(
+                self.client_id, keepalive=keepalive, session_expiry=session_expiry_s,
+                receive_maximum=receive_maximum, username=self._username,
+                password=self._password,
+            )
+        )  # fmt: skip
+        connack = await self._until_lost(self._connack)
+        if connack.codes[0] >= 0x80:
+            raise _refused("CONNECT", connack.codes[0])
+        self.session_present = bool(connack.flags & 0x01)
+        if keepalive > 0:
+            self._ping_timer = self.loop.call_later(keepalive / 2, self._ping)
+        broker_maximum = connack.properties.get(mc.PROP_RECEIVE_MAXIMUM, 65535)
+        return int(broker_maximum)
 
     async def subscribe(self, filters: Iterable[str], qos: int = 1) -> None:
         """Subscribe each filter; raises :class:`LinkError` if the broker refuses one."""
         for topic_filter in filters:
-            _, mid = self.client.subscribe(topic_filter, qos)
-            codes = await self._answer(mid)
-            if any(_code(code) >= 0x80 for code in codes):
-                raise LinkError(f"SUBSCRIBE {topic_filter} refused: {_describe(codes[0])}")
+            mid = self._mid()
+            answer = await self._request(mid, mc.subscribe(mid, topic_filter, qos))
+            if any(code >= 0x80 for code in answer.codes):
+                raise _refused(f"SUBSCRIBE {topic_filter}", answer.codes[0])
 
     async def unsubscribe(self, filters: Iterable[str]) -> list[int]:
         """Unsubscribe each filter; returns the reason codes (0x11: there was none)."""
-        result = []
+        codes = []
         for topic_filter in filters:
-            _, mid = self.client.unsubscribe(topic_filter)
-            codes = await self._answer(mid)
-            if any(_code(code) >= 0x80 for code in codes):
-                raise LinkError(f"UNSUBSCRIBE {topic_filter} refused: {_describe(codes[0])}")
-            result += [_code(code) for code in codes]
-        return result
+            mid = self._mid()
+            answer = await self._request(mid, mc.unsubscribe(mid, topic_filter))
+            if any(code >= 0x80 for code in answer.codes):
+                raise _refused(f"UNSUBSCRIBE {topic_filter}", answer.codes[0])
+            codes += answer.codes
+        return codes
 
     async def publish(self, topic: str, payload: bytes) -> None:
         """Publish at QoS 1 and wait for the broker's PUBACK (a refusal raises)."""
-        info = self.client.publish(topic, payload, qos=1)
-        [code] = await self._answer(info.mid)
-        if _code(code) >= 0x80:
-            raise LinkError(f"PUBLISH {topic} refused: {_describe(code)}")
+        mid = self._mid()
+        answer = await self._request(mid, mc.publish(mid, topic, payload))
+        if answer.codes[0] >= 0x80:
+            raise _refused(f"PUBLISH {topic}", answer.codes[0])
 
-    def ack(self, mid: int, qos: int) -> None:
-        """PUBACK (QoS 1) a received message; queued and written when the socket allows."""
-        self.client.ack(mid, qos)
+    def ack_all(self, mids: list[int]) -> None:
+        """PUBACK received QoS 1 messages, in the order given, in one write."""
+        if self._transport is not None and mids:
+            self._transport.write(b"".join(mc.puback(mid) for mid in mids))
 
     async def disconnect(self, session_expiry_s: int | None = None) -> None:
         """Send DISCONNECT (optionally changing the Session Expiry Interval: 0 ends the
-        session) after everything queued before it, and wait until the socket is closed."""
-        props = None
-        if session_expiry_s is not None:
-            props = Properties(PacketTypes.DISCONNECT)  # type: ignore[no-untyped-call]
-            props.SessionExpiryInterval = session_expiry_s
-        self.client.disconnect(properties=props)
-        with contextlib.suppress(LinkError):
-            await asyncio.wait_for(asyncio.shield(self.lost), 10)
+        session) after everything written before it, and wait until the socket is closed."""
+        if self._transport is None:
+            return
+        self._transport.write(mc.disconnect(session_expiry_s))
+        self._transport.close()  # flushes what is buffered first
+        with contextlib.suppress(LinkError, TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.lost), CONNECT_TIMEOUT_S)
 
     def close(self) -> None:
         """Drop the connection at once (nothing more is sent)."""
-        if self._misc is not None:
-            self._misc.cancel()
-        if self._sock is not None:
-            self._socket_close(self.client, None, self._sock)
-            with contextlib.suppress(OSError):
-                self._sock.close()
+        if self._transport is not None:
+            self._transport.abort()
         self._end(None)
 
     # -- the read switch ------------------------------------------------------------------
@@ -179,99 +176,86 @@ class Link:
     def pause_reading(self) -> None:
         if not self.paused:
             self.paused = True
-            if self._sock is not None:
-                self.loop.remove_reader(self._sock)
+            if self._transport is not None:
+                self._transport.pause_reading()
 
     def resume_reading(self) -> None:
         if self.paused:
             self.paused = False
-            if self._sock is not None:
-                self.loop.add_reader(self._sock, self._readable)
-                self.loop.call_soon(self._readable)  # TLS may hold decrypted bytes already
+            self._last_heard = time.monotonic()  # the broker could not be heard meanwhile
+            self._dispatch()
+            if not self.paused and self._transport is not None and not self.lost.done():
+                self._transport.resume_reading()
 
-    # -- paho's external-loop hooks -------------------------------------------------------
+    # -- incoming -------------------------------------------------------------------------
 
-    def _readable(self) -> None:
-        if self._sock is None or self.paused:
-            return
+    def _data(self, data: bytes) -> None:
+        self._last_heard = time.monotonic()
+        self._buffer += data
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Hand every complete packet in the buffer on, until paused."""
+        buffer, pos = self._buffer, 0
         try:
-            for _ in range(READ_BURST):
-                before = self._messages
-                rc = self.client.loop_read()
-                if rc != mqtt.MQTT_ERR_SUCCESS or self._messages == before or self.paused:
+            while not self.paused:
+                found = mc.split_packet(buffer, pos)
+                if found is None:
                     break
-        except Exception as exc:  # a failing on_message ends the connection
-            log.exception("reading failed")
+                first, start, pos = found
+                body = memoryview(bytes(buffer[start:pos]))
+                if first & 0xF0 == mc.PUBLISH:
+                    message = mc.decode_publish(first, body)
+                    if message.qos == 2:
+                        raise mc.ProtocolError("QoS 2 PUBLISH on a QoS 1 subscription")
+                    self._on_message(message)
+                else:
+                    self._answer(mc.decode_ack(first, body))
+        except Exception as exc:  # a bad packet or a failing on_message ends the connection
+            log.exception("dropping the connection")
             self._end(exc)
-            self.close()
+            if self._transport is not None:
+                self._transport.abort()
             return
-        pending = getattr(self._sock, "pending", None)
-        if pending is not None and not self.paused and pending() > 0:
-            self.loop.call_soon(self._readable)
+        finally:
+            del buffer[:pos]
 
-    def _writable(self) -> None:
-        self.client.loop_write()
-
-    def _tick(self) -> None:
-        self.client.loop_misc()
-        if not self.lost.done():
-            self._misc = self.loop.call_later(MISC_INTERVAL_S, self._tick)
-
-    def _socket_open(self, client: Any, userdata: Any, sock: Any) -> None:
-        self._sock = sock
-        if hasattr(sock, "setsockopt"):
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if not self.paused:
-            self.loop.add_reader(sock, self._readable)
-
-    def _socket_close(self, client: Any, userdata: Any, sock: Any) -> None:
-        if self._sock is not None:
-            self.loop.remove_reader(sock)
-            self.loop.remove_writer(sock)
-            self._sock = None
-
-    def _want_write(self, client: Any, userdata: Any, sock: Any) -> None:
-        self.loop.add_writer(sock, self._writable)
-
-    def _done_writing(self, client: Any, userdata: Any, sock: Any) -> None:
-        self.loop.remove_writer(sock)
-
-    # -- paho's callbacks -----------------------------------------------------------------
-
-    def _connected(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
-        if self._connack.done():
-            return
-        if _code(reason) >= 0x80:
-            self._connack.set_exception(LinkError(f"CONNECT refused: {_describe(reason)}"))
-            return
-        self._connack.set_result(getattr(props, "ReceiveMaximum", None) or 65535)
-
-    def _disconnected(
-        self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any
-    ) -> None:
-        if _code(reason) == 0:
-            self._end(None)
+    def _answer(self, ack: mc.Ack) -> None:
+        if ack.kind == mc.PINGRESP:
+            self._ping_sent = None
+        elif ack.kind == mc.CONNACK:
+            if not self._connack.done():
+                self._connack.set_result(ack)
+        elif ack.kind == mc.DISCONNECT:
+            self._end(LinkError(f"the broker disconnected: reason code 0x{ack.codes[0]:02x}"))
         else:
-            self._end(LinkError(f"connection lost: {_describe(reason)}"))
+            future = self._waiting.pop(ack.mid, None)
+            if future is not None and not future.done():
+                future.set_result(ack)
 
-    def _message(self, client: Any, userdata: Any, message: mqtt.MQTTMessage) -> None:
-        self._messages += 1
-        self._on_message(message)
-
-    def _answered(self, client: Any, userdata: Any, mid: int, codes: Any, props: Any) -> None:
-        future = self._waiting.pop(mid, None)
-        if future is not None and not future.done():
-            future.set_result(list(codes))
-
-    def _published(self, client: Any, userdata: Any, mid: int, code: Any, props: Any) -> None:
-        self._answered(client, userdata, mid, [code], props)
+    def _ping(self) -> None:
+        if self.lost.done() or self._transport is None:
+            return
+        now = time.monotonic()
+        silent = now - max(self._ping_sent or now, self._last_heard)
+        if self._ping_sent is not None and not self.paused and silent > 1.5 * self._keepalive:
+            self._end(LinkError("no answer to PINGREQ"))
+            self._transport.abort()
+            return
+        if self._ping_sent is None:
+            self._ping_sent = now
+            self._transport.write(mc.PINGREQ_PACKET)
+        self._ping_timer = self.loop.call_later(self._keepalive / 2, self._ping)
 
     # -- plumbing -------------------------------------------------------------------------
 
+    def _mid(self) -> int:
+        self._next_mid = self._next_mid % 65535 + 1
+        return self._next_mid
+
     def _end(self, exc: BaseException | None) -> None:
-        if self._misc is not None:
-            self._misc.cancel()
+        if self._ping_timer is not None:
+            self._ping_timer.cancel()
         if self.lost.done():
             return
         if exc is None:
@@ -283,13 +267,14 @@ class Link:
             if not future.done():
                 future.set_exception(LinkError(f"connection lost: {exc or 'closed'}"))
 
-    async def _answer(self, mid: int | None) -> list[Any]:
-        if mid is None:
+    async def _request(self, mid: int, packet: bytes) -> mc.Ack:
+        if self._transport is None or self.lost.done():
             raise LinkError("not connected")
-        future: asyncio.Future[list[Any]] = self.loop.create_future()
+        future: asyncio.Future[mc.Ack] = self.loop.create_future()
         self._waiting[mid] = future
-        codes: list[Any] = await self._until_lost(future)
-        return codes
+        self._transport.write(packet)
+        answer: mc.Ack = await self._until_lost(future)
+        return answer
 
     async def _until_lost(self, future: asyncio.Future[Any]) -> Any:
         """``future``'s result, or the exception that ended the connection first."""
