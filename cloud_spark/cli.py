@@ -87,7 +87,7 @@ def _add_land(sub: Any) -> None:
     p.add_argument(
         "--max-held", type=_positive_int, metavar="N",
         help="stop reading the socket while this many messages are received and not yet "
-        "acknowledged (default: twice --receive-maximum)",
+        "acknowledged (default: four times --receive-maximum)",
     )  # fmt: skip
     p.add_argument(
         "--leave", action="store_true",
@@ -131,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     silver.add_argument(
         "--late-after-s", type=float, default=300.0, help="landed this much after ts = late"
     )
+    silver.add_argument(
+        "--relist-days", type=int, default=1,
+        help="an incremental run lists bronze ingest dates from this many days before the "
+        "latest one it processed",
+    )  # fmt: skip
     silver.add_argument(
         "--full", action="store_true", help="reprocess all of bronze, replace every table"
     )
@@ -220,6 +225,7 @@ def job_params(name: str, args: argparse.Namespace) -> Any:
             prefix=get("prefix", c.DEFAULT_DEVICE_PREFIX),
             uplink_topic=get("uplink_topic", c.UPLINK_DIAGNOSTICS_TOPIC),
             late_after_ms=_ms(get("late_after_s", 300.0)),
+            relist_days=get("relist_days", 1),
             full=get("full", False),
         )
     if name == "rollups":

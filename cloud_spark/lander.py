@@ -13,9 +13,10 @@ How this works:
   (checked on every message and by a ticker), when the ingest hour changes, or when it
   holds ``receive_maximum`` messages; a sealed file is gzipped, written, fsynced, renamed
   and its directory fsynced on a worker thread (:func:`cloud_spark.bronze_writer.finish`)
-  while the next file fills. Sealed files are finished one after the other, in order, and
-  every message of a file is acked only after :func:`finish` returned it, so PUBACKs go out
-  in arrival order, as MQTT requires.
+  while the next file fills. Several sealed files may be finishing at once (a commit mostly
+  waits for the disk), but they are acknowledged in the order they were sealed, and every
+  message of a file only after :func:`finish` returned it, so PUBACKs go out in arrival
+  order, as MQTT requires, and never for a file after one that failed.
 * **What the lander holds is bounded.** Messages received and not yet acked (the open file
   plus the sealed ones) are *held*. At ``max_held`` the lander stops reading the socket
   (:meth:`Link.pause_reading`) until a commit makes room; TCP flow control then stops the
@@ -87,7 +88,7 @@ class LanderConfig:
     roll_bytes: int = 8 * 1024 * 1024
     roll_seconds: float = 5.0
     receive_maximum: int = 1000
-    #: most messages received and not yet acked; None: twice ``receive_maximum``
+    #: most messages received and not yet acked; None: four times ``receive_maximum``
     max_held: int | None = None
     session_expiry_s: int = 7 * 24 * 3600
     keepalive_s: int = 30
@@ -110,7 +111,7 @@ class LanderConfig:
 
     @property
     def held_limit(self) -> int:
-        return self.max_held if self.max_held is not None else 2 * self.receive_maximum
+        return self.max_held if self.max_held is not None else 4 * self.receive_maximum
 
 
 def leave_topic(client_id: str) -> str:
@@ -319,20 +320,20 @@ class Lander:
     async def _finish_after(
         self, previous: asyncio.Future[None] | None, sealed: Sealed[Token]
     ) -> None:
-        if previous is not None:
-            await previous
-        if self._failure is not None:
-            return  # never ack past a file that failed
+        started = time.monotonic()
         try:
-            committed = await asyncio.to_thread(finish, sealed)
-        except OSError as exc:
-            log.error("cannot commit %s: %s", sealed.final_path, exc)
-            self._failure = exc
-            self.stop.set()
-            return
+            try:  # files are finished side by side (fsync waits on the disk, not the CPU)...
+                committed = await asyncio.to_thread(finish, sealed)
+            except OSError as exc:
+                log.error("cannot commit %s: %s", sealed.final_path, exc)
+                self._failure = exc
+                self.stop.set()
+            if previous is not None:
+                await previous  # ...and acknowledged in the order they were sealed
+            if self._failure is None:
+                self._acknowledge(committed, time.monotonic() - started)
         finally:
             self._held_sealed -= len(sealed.tokens)
-        self._acknowledge(committed)
         self._update_reading()
 
     async def _flush(self) -> None:
@@ -367,7 +368,7 @@ class Lander:
             if self.writer.due():
                 self._seal()
 
-    def _acknowledge(self, committed: Committed[Token]) -> None:
+    def _acknowledge(self, committed: Committed[Token], seconds: float) -> None:
         """PUBACK every message of a committed file that arrived on the live connection."""
         self.landed += committed.records
         link = self._link
@@ -377,7 +378,10 @@ class Lander:
             mids = [mid for connection, mid, qos in committed.tokens if connection == live and qos]
             link.ack_all(mids)
             acked = len(mids)
-        log.info("committed %s (%d records, %d acked)", committed.path, committed.records, acked)
+        log.info(
+            "committed %s (%d records, %d acked, %.0f ms)",
+            committed.path, committed.records, acked, seconds * 1000,
+        )  # fmt: skip
 
 
 async def run_lander(cfg: LanderConfig) -> int:
