@@ -218,6 +218,8 @@ def _properties(
         if kind == "s":
             value, pos = _str_at(data, pos)
         elif kind == "b":
+            if pos + 2 > end:
+                raise ProtocolError("properties run past their length")
             (size,) = _U16.unpack_from(data, pos)
             value, pos = bytes(data[pos + 2 : pos + 2 + size]), pos + 2 + size
         elif kind == "v":
@@ -226,6 +228,8 @@ def _properties(
             value, pos = int.from_bytes(data[pos : pos + kind], "big"), pos + kind
         else:
             raise ProtocolError(f"unknown property 0x{ident:02x}")
+        if pos > end:
+            raise ProtocolError("properties run past their length")
         if keep:
             others[ident] = value
     if pos != end:

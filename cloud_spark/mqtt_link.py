@@ -211,7 +211,12 @@ class Link:
                     self._on_message(message)
                 else:
                     self._answer(mc.decode_ack(first, body))
-        except Exception as exc:  # a bad packet or a failing on_message ends the connection
+        except mc.ProtocolError as exc:  # the broker's fault: reconnect
+            self._end(LinkError(f"protocol error from the broker: {exc}"))
+            if self._transport is not None:
+                self._transport.abort()
+            return
+        except Exception as exc:  # a failing on_message ends the connection and the lander
             log.exception("dropping the connection")
             self._end(exc)
             if self._transport is not None:
