@@ -51,6 +51,9 @@ from bench.compare import free_port
 from bench.fleet.gateways import Gateway, run_gateways
 from bench.procstat import cpu_seconds
 from bench.uplink.drain import wait_port
+from cloud_spark.cli import job_params, run_job
+from cloud_spark.spark import get_spark
+from cloud_spark.tables import read_table
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = re.compile(r"committed \S+ \((\d+) records")
@@ -278,11 +281,7 @@ def live_fleet(work: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def silver_check(work: Path) -> dict[str, Any]:
-    """silver + quality on the live landing (imports PySpark only when asked to)."""
-    from cloud_spark.cli import job_params, run_job
-    from cloud_spark.spark import get_spark
-    from cloud_spark.tables import read_table
-
+    """silver + quality on the live landing, in a local Spark session."""
     spark = get_spark("fleet-bench", "local[2]", {})
     try:
         out = str(work / "tables")
