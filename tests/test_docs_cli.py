@@ -241,12 +241,8 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         "[--roll-seconds 5] [--receive-maximum 1000]",
         ".venv/bin/python -m bench.cloud.history_cost [--history 10000,500000] "
         "[--new-rows 10000]",
-        ".venv/bin/python -m bench.fleet.run [--gateways 100] [--backlog 40000] [--landers 2]",
     )},
-    **{line: (NotRunnable(BENCH),) for line in (
-        ".venv/bin/python -m bench.cloud.history_cost",
-        ".venv/bin/python -m bench.fleet.run",
-    )},
+    ".venv/bin/python -m bench.fleet.run": (NotRunnable(BENCH),),
     ".venv/bin/python -m bench.cloud.tsbs_iot --rows 1000000 --out /tmp/tsbs/landing": (
         NotRunnable(BENCH),
     ),
