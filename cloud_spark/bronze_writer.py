@@ -99,7 +99,6 @@ class Sealed(Generic[T]):
 
 @dataclass
 class _OpenFile(Sealed[T]):
-    partition: str = ""
     hour: int = 0  # ingest ms // HOUR_MS of every record in the file
     opened_at: float = 0.0
     bytes: int = 0
@@ -163,7 +162,7 @@ class BronzeWriter(Generic[T]):
         """Append one encoded record; returns the open file sealed first, if any.
 
         The open file is sealed before the record when the record belongs to another ingest
-        hour; the caller must :func:`finish` it before any file sealed later.
+        hour; the caller must acknowledge its records before those of any file sealed later.
         """
         sealed = None
         hour = ingest_ms // HOUR_MS  # partitions are UTC hours: no date formatting per record
@@ -206,5 +205,5 @@ class BronzeWriter(Generic[T]):
         temp_path.touch()  # marks the file as open (and as this run's) until it is renamed
         return _OpenFile(
             temp_path, directory / name, self.compresslevel,
-            partition=partition, hour=ingest_ms // HOUR_MS, opened_at=self.clock(),
+            hour=ingest_ms // HOUR_MS, opened_at=self.clock(),
         )  # fmt: skip
