@@ -3,7 +3,7 @@
 How this works: a thin layer. :func:`build_parser` declares every command and flag (the docs
 test checks that each appears in ``docs/cloud.md``); :func:`main` turns flags into the
 parameter dataclass of the chosen command and calls the library function. ``land`` never
-imports PySpark; the jobs never import paho-mqtt. Job results are printed as one JSON line.
+imports PySpark; the jobs never import the lander. Job results are printed as one JSON line.
 """
 
 from __future__ import annotations
@@ -292,7 +292,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
 
 
 def _land(args: argparse.Namespace) -> int:
-    # The lander (paho-mqtt) is imported by the `land` command only; the jobs never load it.
+    # The lander is imported by the `land` command only; the jobs never load it.
     from cloud_spark.lander import LanderConfig, run_lander
 
     host, port = args.broker
