@@ -60,7 +60,7 @@ from typing import Any
 
 from cloud_spark.bronze_writer import BronzeWriter, Committed, Sealed, finish
 from cloud_spark.mqtt_codec import Publish
-from cloud_spark.mqtt_link import Link, LinkError
+from cloud_spark.mqtt_link import Link, LinkError, RefusedError
 from cloud_spark.records import bronze_record, encode_record
 
 log = logging.getLogger("cloud_spark.lander")
@@ -231,7 +231,10 @@ class Lander:
                 self.cfg.client_id, link.session_present, receive_maximum,
             )  # fmt: skip
             if self.cfg.leave:
-                await self._leave(link)
+                try:
+                    await self._leave(link)
+                except RefusedError as exc:  # retrying would not help; the session stays as it was
+                    raise SystemExit(f"error: cannot leave the group: {exc}") from None
                 return
             await link.subscribe(self.cfg.filters())
             log.info("subscribed %s as %s", ",".join(self.cfg.filters()), self.cfg.client_id)

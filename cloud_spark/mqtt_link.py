@@ -43,8 +43,12 @@ class LinkError(Exception):
     """The broker refused something or the connection failed; the text names the reason."""
 
 
-def _refused(what: str, code: int) -> LinkError:
-    return LinkError(f"{what} refused: reason code 0x{code:02x}")
+class RefusedError(LinkError):
+    """The broker answered a request with a failure reason code."""
+
+
+def _refused(what: str, code: int) -> RefusedError:
+    return RefusedError(f"{what} refused: reason code 0x{code:02x}")
 
 
 class _Protocol(asyncio.Protocol):
