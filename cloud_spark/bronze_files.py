@@ -4,9 +4,20 @@ How this works: bronze is append-only and every file is committed by rename, so 
 is an identity. :func:`list_bronze` lists the committed ``*.json.gz`` files under
 ``<root>/bronze`` through Hadoop's FileSystem API (so ``s3a://``, ``abfss://`` and ``gs://``
 roots list like local ones), as paths relative to the bronze directory. ``silver`` keeps a
-*manifest* of the files it has processed under ``<out>/_manifest/silver_files`` (Parquet,
-one append per run). A run processes ``listed - manifest`` and appends to the manifest only
-after every silver table is written, so a run that dies half-way is simply redone. A run
+*manifest* of the files it has processed under ``<out>/_manifest/silver_files_by_date``
+(Parquet partitioned by the file's ``ingest_date``, one append per run). A run processes
+``listed - manifest`` and appends to the manifest only after every silver table is written,
+so a run that dies half-way is simply redone.
+
+**Only recent dates are looked at.** Landers write into the partition of their own clock's
+current hour, so a file never appears in an old ingest date. The latest ingest date in the
+manifest is the *watermark*; an incremental run lists only the bronze date directories from
+``watermark - relist_days`` on (:func:`listing_cutoff`) and reads only those partitions of
+the manifest, so its fixed cost follows the new data, not the history. (A file that does
+land in an older date, say synced late from a lander's local disk, is taken by the next
+``--full`` run.) Files outside any ``ingest_date=`` directory are always listed; their
+manifest partition is ``ingest_date=none``. A manifest of the earlier, unpartitioned layout
+(``_manifest/silver_files``) is rewritten into this one by the first run that finds it. A run
 marks itself pending (``<out>/_manifest/silver_pending``) before it changes silver; the next
 run that finds the mark merges every partition it touches instead of appending, which makes
 rewriting the same rows idempotent (:mod:`cloud_spark.jobs.silver_merge`). ``--full``
@@ -26,7 +37,9 @@ from __future__ import annotations
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date, timedelta
 from typing import Any
 from urllib.parse import urlparse
 
@@ -37,13 +50,18 @@ from pyspark.sql.types import ArrayType, DateType, LongType, StringType, StructF
 from cloud_spark import contract as c
 from cloud_spark.tables import hadoop_fs, join_path, read_parquet
 
-FILES_DIR = "_manifest/silver_files"
+FILES_DIR = "_manifest/silver_files_by_date"
+LEGACY_FILES_DIR = "_manifest/silver_files"  # the unpartitioned manifest of earlier versions
 RUNS_DIR = "_manifest/silver_runs"
 PENDING_DIR = "_manifest/silver_pending"
 
 REASON_EMPTY = "empty_file"
 REASON_TRUNCATED = "truncated_gzip"
 REASON_VANISHED = "vanished"
+
+DATE_PREFIX = f"{c.BRONZE_PARTITIONS[0]}="
+#: the manifest partition of files outside any ``ingest_date=`` directory
+NO_DATE = "none"
 
 FILES_SCHEMA = StructType(
     [
@@ -54,6 +72,7 @@ FILES_SCHEMA = StructType(
         StructField("committed_ms", LongType(), False),
     ]
 )
+MANIFEST_SCHEMA = StructType([*FILES_SCHEMA.fields, StructField("ingest_date", StringType())])
 RUNS_SCHEMA = StructType(
     [
         StructField("run_id", StringType(), False),
@@ -77,13 +96,25 @@ def bronze_dir(root: str) -> str:
     return join_path(root, c.BRONZE_DIR)
 
 
-def list_bronze(spark: SparkSession, root: str) -> list[BronzeFile]:
-    """Every committed bronze file (hidden ``.``/``_`` names skipped), sorted by path.
+def ingest_date_of(rel: str) -> str:
+    """The ingest date of a bronze file from its relative path (:data:`NO_DATE` if none)."""
+    first, sep, _ = rel.partition("/")
+    return first[len(DATE_PREFIX) :] if sep and first.startswith(DATE_PREFIX) else NO_DATE
 
-    Walks the tree with ``listStatus``, one call per directory. (``listFiles`` builds a
-    ``LocatedFileStatus`` for each file, whose permissions a local filesystem without
-    Hadoop's native library reads by running ``ls`` on the file: 5 ms a file, and bronze
-    grows by thousands of files a month.)
+
+def list_bronze(
+    spark: SparkSession,
+    root: str,
+    since: str | None = None,
+    on_list: Callable[[str], None] | None = None,
+) -> list[BronzeFile]:
+    """Every committed bronze file (hidden ``.``/``_`` names skipped), sorted by path; with
+    ``since``, only those in ingest dates from ``since`` on (and outside any date).
+
+    Walks the tree with ``listStatus``, one call per directory (``on_list`` is told each
+    directory listed, relative to bronze). (``listFiles`` builds a ``LocatedFileStatus`` for
+    each file, whose permissions a local filesystem without Hadoop's native library reads by
+    running ``ls`` on the file: 5 ms a file, and bronze grows by thousands of files a month.)
     """
     fs, base = hadoop_fs(spark, bronze_dir(root))
     if not fs.exists(base):
@@ -92,16 +123,55 @@ def list_bronze(spark: SparkSession, root: str) -> list[BronzeFile]:
     pending = [("", base)]
     while pending:
         prefix, directory = pending.pop()
+        if on_list is not None:
+            on_list(prefix)
         for status in fs.listStatus(directory):
             path = status.getPath()
             name = path.getName()
             if name.startswith((".", "_")):
                 continue
             if status.isDirectory():
-                pending.append((f"{prefix}{name}/", path))
+                dated = prefix == "" and name.startswith(DATE_PREFIX)
+                if not (dated and since is not None and name[len(DATE_PREFIX) :] < since):
+                    pending.append((f"{prefix}{name}/", path))
             elif name.endswith(c.BRONZE_SUFFIX):
                 found.append(BronzeFile(prefix + name, int(status.getLen())))
     return sorted(found, key=lambda f: f.rel)
+
+
+def manifest_dates(spark: SparkSession, out: str) -> list[str]:
+    """The ingest dates the manifest holds files of (an empty list: no manifest yet)."""
+    _migrate_legacy_manifest(spark, out)
+    fs, path = hadoop_fs(spark, join_path(out, FILES_DIR))
+    if not fs.exists(path):
+        return []
+    names = [status.getPath().getName() for status in fs.listStatus(path) if status.isDirectory()]
+    return sorted(name[len(DATE_PREFIX) :] for name in names if name.startswith(DATE_PREFIX))
+
+
+def listing_cutoff(dates: list[str], relist_days: int) -> str | None:
+    """The first ingest date an incremental run lists: ``relist_days`` before the latest
+    date of the manifest (None: list everything)."""
+    real = [day for day in dates if day != NO_DATE]
+    if not real:
+        return None
+    return (date.fromisoformat(max(real)) - timedelta(days=relist_days)).isoformat()
+
+
+def _migrate_legacy_manifest(spark: SparkSession, out: str) -> None:
+    fs, legacy = hadoop_fs(spark, join_path(out, LEGACY_FILES_DIR))
+    if not fs.exists(legacy):
+        return
+    _, current = hadoop_fs(spark, join_path(out, FILES_DIR))
+    if not fs.exists(current):
+        rows = read_parquet(spark, join_path(out, LEGACY_FILES_DIR), FILES_SCHEMA).collect()
+        _write_manifest(spark, out, [(*row, ingest_date_of(row["file"])) for row in rows])
+    fs.delete(legacy, True)
+
+
+def _write_manifest(spark: SparkSession, out: str, rows: list[tuple[Any, ...]]) -> None:
+    frame = spark.createDataFrame(rows, MANIFEST_SCHEMA).repartition(1, "ingest_date")
+    frame.write.mode("append").partitionBy("ingest_date").parquet(join_path(out, FILES_DIR))
 
 
 def exists(spark: SparkSession, root: str, rel: str) -> bool:
@@ -133,10 +203,19 @@ def check_gzip(path: str, chunk: int = 1 << 20) -> bool:
     return decoder.eof
 
 
-def processed(spark: SparkSession, out: str) -> set[str]:
-    """Relative paths of the bronze files already committed to silver."""
-    frame = read_parquet(spark, join_path(out, FILES_DIR), FILES_SCHEMA)
-    return {row["file"] for row in frame.select("file").distinct().collect()}
+def processed(spark: SparkSession, out: str, since: str | None = None) -> set[str]:
+    """Relative paths of the bronze files already committed to silver (with ``since``: of
+    the ingest dates from ``since`` on and outside any date only)."""
+    base = join_path(out, FILES_DIR)
+    if since is None:
+        frame = read_parquet(spark, base, FILES_SCHEMA)
+    else:
+        dates = [day for day in manifest_dates(spark, out) if day >= since or day == NO_DATE]
+        if not dates:
+            return set()
+        paths = [join_path(base, f"{DATE_PREFIX}{day}") for day in dates]
+        frame = spark.read.schema(FILES_SCHEMA).option("basePath", base).parquet(*paths)
+    return {row["file"] for row in frame.select("file").collect()}
 
 
 def _pending_path(out: str) -> str:
@@ -173,10 +252,11 @@ def commit(
     """Record a finished run: its files (with reasons) and the event dates it touched."""
     now = int(time.time() * 1000)
     mode = "overwrite" if full else "append"
-    rows = [(f.rel, f.size, reasons.get(f.rel), run_id, now) for f in files]
-    spark.createDataFrame(rows, FILES_SCHEMA).coalesce(1).write.mode(mode).parquet(
-        join_path(out, FILES_DIR)
-    )
+    if full:  # the manifest is replaced (a run dying here is redone in full)
+        fs, manifest = hadoop_fs(spark, join_path(out, FILES_DIR))
+        fs.delete(manifest, True)
+    rows = [(f.rel, f.size, reasons.get(f.rel), run_id, now, ingest_date_of(f.rel)) for f in files]
+    _write_manifest(spark, out, rows)
     run = [(run_id, str(full).lower(), len(files), sorted(event_dates), now)]
     spark.createDataFrame(run, RUNS_SCHEMA).coalesce(1).write.mode(mode).parquet(
         join_path(out, RUNS_DIR)

@@ -1,13 +1,18 @@
 """Rolling, atomically committed bronze files (gzipped JSON lines).
 
-How this works: the writer keeps at most one *open* file. Records are streamed into a hidden
-temporary file ``.part-….json.gz.tmp`` inside their partition directory
+How this works: the writer keeps at most one *open* file: a hidden, still empty temporary
+file ``.part-….json.gz.tmp`` inside its partition directory
 ``<root>/bronze/ingest_date=YYYY-MM-DD/ingest_hour=HH/`` (Spark ignores names starting with
-``.``). Each appended record carries an opaque *token* (the lander uses the MQTT packet id).
+``.``) and the records appended to it, kept in memory (at most ``roll_bytes`` of them). Each
+appended record carries an opaque *token* (the lander uses the MQTT packet id).
 
-:meth:`BronzeWriter.commit` makes the open file durable and visible in this order:
+Committing has two halves, so that the lander can go on receiving while a file is made
+durable: :meth:`BronzeWriter.seal` detaches the open file (cheap, on the caller's thread) and
+:func:`finish` (on any thread; it touches nothing but the sealed file) makes it durable and
+visible in this order:
 
-1. close the gzip stream (writes the trailer), flush, ``fsync`` the file;
+1. gzip the records in one call (zlib releases the GIL, so this runs beside the caller),
+   write them to the temp file, ``fsync`` it;
 2. ``rename`` it to its final name ``part-<first ingest ms>-<lander>-<run>-<n>.json.gz``;
 3. ``fsync`` the partition directory, so the rename itself survives a power cut.
 
@@ -16,11 +21,12 @@ acknowledge them. A crash at any point before step 3 leaves at worst a temp file
 never read, and the unacknowledged messages are redelivered by the broker; a crash after
 step 3 but before the acks reach the broker leaves duplicates, which ``silver`` removes.
 
-A file is rolled (committed) when its uncompressed size reaches ``roll_bytes``, when its
-first record is older than ``roll_seconds``, or when the next record belongs to another
-ingest hour (a file never spans two partitions). Newly created directories are fsynced into
-their parent. Leftover temp files of an earlier run of the same lander are removed by
-:meth:`BronzeWriter.remove_stale_temp_files`.
+A file is rolled when its uncompressed size reaches ``roll_bytes`` or its first record is
+older than ``roll_seconds`` (:meth:`BronzeWriter.due`; the caller seals it), and sealed by
+:meth:`BronzeWriter.append` itself when the next record belongs to another ingest hour (a
+file never spans two partitions). :meth:`BronzeWriter.commit` is seal + finish in one call.
+Newly created directories are fsynced into their parent. Leftover temp files of an earlier
+run of the same lander are removed by :meth:`BronzeWriter.remove_stale_temp_files`.
 """
 
 from __future__ import annotations
@@ -33,12 +39,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from cloud_spark import contract as c
 from cloud_spark.records import partition_dir
 
 T = TypeVar("T")
+
+HOUR_MS = 3_600_000
 
 
 def _safe_name(text: str) -> str:
@@ -79,15 +87,33 @@ class Committed(Generic[T]):
 
 
 @dataclass
-class _OpenFile(Generic[T]):
-    partition: str
+class Sealed(Generic[T]):
+    """A file that takes no more records, not yet durable: hand it to :func:`finish`."""
+
     temp_path: Path
     final_path: Path
-    raw: BinaryIO
-    gz: gzip.GzipFile
-    opened_at: float
-    bytes: int = 0
+    compresslevel: int
+    lines: list[bytes] = field(default_factory=list)
     tokens: list[T] = field(default_factory=list)
+
+
+@dataclass
+class _OpenFile(Sealed[T]):
+    hour: int = 0  # ingest ms // HOUR_MS of every record in the file
+    opened_at: float = 0.0
+    bytes: int = 0
+
+
+def finish(sealed: Sealed[T]) -> Committed[T]:
+    """Make a sealed file durable and visible (see the module docstring); thread-safe."""
+    data = gzip.compress(b"".join(sealed.lines), sealed.compresslevel, mtime=0)
+    with sealed.temp_path.open("wb") as raw:
+        raw.write(data)
+        raw.flush()
+        os.fsync(raw.fileno())
+    os.rename(sealed.temp_path, sealed.final_path)
+    fsync_dir(sealed.final_path.parent)
+    return Committed(sealed.final_path, len(sealed.lines), sealed.tokens)
 
 
 class BronzeWriter(Generic[T]):
@@ -115,7 +141,7 @@ class BronzeWriter(Generic[T]):
 
     @property
     def pending(self) -> int:
-        """Records appended to the open file and not yet committed."""
+        """Messages (tokens) appended to the open file and not yet committed."""
         return len(self._open.tokens) if self._open else 0
 
     def remove_stale_temp_files(self) -> int:
@@ -132,24 +158,25 @@ class BronzeWriter(Generic[T]):
                 removed += 1
         return removed
 
-    def append(self, line: bytes, ingest_ms: int, token: T) -> list[Committed[T]]:
-        """Append one encoded record; returns the file committed first, if any.
+    def append(self, lines: bytes | list[bytes], ingest_ms: int, token: T) -> Sealed[T] | None:
+        """Append the encoded records of one message (one, or a batch's rows, which stay in one
+        file under one token); returns the open file sealed first, if any.
 
-        The open file is committed before the record when the record belongs to another
-        ingest hour.
+        The open file is sealed before the records when they belong to another ingest hour;
+        the caller must acknowledge its records before those of any file sealed later.
         """
-        done: list[Committed[T]] = []
-        partition = partition_dir(ingest_ms)
-        if self._open is not None and self._open.partition != partition:
-            committed = self.commit()
-            if committed is not None:
-                done.append(committed)
+        if isinstance(lines, bytes):
+            lines = [lines]
+        sealed = None
+        hour = ingest_ms // HOUR_MS  # partitions are UTC hours: no date formatting per record
+        if self._open is not None and self._open.hour != hour:
+            sealed = self.seal()
         if self._open is None:
-            self._open = self._start(partition, ingest_ms)
-        self._open.gz.write(line)
-        self._open.bytes += len(line)
+            self._open = self._start(partition_dir(ingest_ms), ingest_ms)
+        self._open.lines.extend(lines)
+        self._open.bytes += sum(map(len, lines))
         self._open.tokens.append(token)
-        return done
+        return sealed
 
     def due(self) -> bool:
         """True when the open file reached its size or age limit."""
@@ -159,26 +186,18 @@ class BronzeWriter(Generic[T]):
             return True
         return self.clock() - self._open.opened_at >= self.roll_seconds
 
-    def commit(self) -> Committed[T] | None:
-        """Make the open file durable and visible (see module docstring); None if none open."""
+    def seal(self) -> Sealed[T] | None:
+        """Detach the open file (None if none is open); :func:`finish` makes it durable."""
         open_file, self._open = self._open, None
         if open_file is None:
             return None
-        open_file.gz.close()
-        open_file.raw.flush()
-        os.fsync(open_file.raw.fileno())
-        open_file.raw.close()
-        os.rename(open_file.temp_path, open_file.final_path)
-        fsync_dir(open_file.final_path.parent)
-        return Committed(open_file.final_path, len(open_file.tokens), open_file.tokens)
+        return Sealed(open_file.temp_path, open_file.final_path, open_file.compresslevel,
+                      open_file.lines, open_file.tokens)  # fmt: skip
 
-    def abort(self) -> None:
-        """Drop the open file without committing it (its records were never acked)."""
-        open_file, self._open = self._open, None
-        if open_file is not None:
-            open_file.gz.close()
-            open_file.raw.close()
-            open_file.temp_path.unlink(missing_ok=True)
+    def commit(self) -> Committed[T] | None:
+        """Seal and finish the open file on this thread; None if none is open."""
+        sealed = self.seal()
+        return None if sealed is None else finish(sealed)
 
     def _start(self, partition: str, ingest_ms: int) -> _OpenFile[T]:
         directory = self.bronze / partition
@@ -186,6 +205,8 @@ class BronzeWriter(Generic[T]):
         self._counter += 1
         name = f"part-{ingest_ms}-{self.lander}-{self.run}-{self._counter:06d}{c.BRONZE_SUFFIX}"
         temp_path = directory / f".{name}.tmp"
-        raw = temp_path.open("wb")
-        gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=self.compresslevel, mtime=0)
-        return _OpenFile(partition, temp_path, directory / name, raw, gz, self.clock())
+        temp_path.touch()  # marks the file as open (and as this run's) until it is renamed
+        return _OpenFile(
+            temp_path, directory / name, self.compresslevel,
+            hour=ingest_ms // HOUR_MS, opened_at=self.clock(),
+        )  # fmt: skip

@@ -3,7 +3,7 @@
 How this works: a thin layer. :func:`build_parser` declares every command and flag (the docs
 test checks that each appears in ``docs/cloud.md``); :func:`main` turns flags into the
 parameter dataclass of the chosen command and calls the library function. ``land`` never
-imports PySpark; the jobs never import aiomqtt. Job results are printed as one JSON line.
+imports PySpark; the jobs never import the lander. Job results are printed as one JSON line.
 """
 
 from __future__ import annotations
@@ -89,6 +89,16 @@ def _add_land(sub: Any) -> None:
         "--max-batch-bytes", type=_positive_int, default=MAX_BODY,
         help="a batched message whose body declares or inflates to more is quarantined",
     )  # fmt: skip
+    p.add_argument(
+        "--max-held", type=_positive_int, metavar="N",
+        help="stop reading the socket while this many messages are received and not yet "
+        "acknowledged (default: four times --receive-maximum)",
+    )  # fmt: skip
+    p.add_argument(
+        "--leave", action="store_true",
+        help="leave the share group for good: land what the session holds, unsubscribe, "
+        "end the session, exit",
+    )  # fmt: skip
     p.add_argument("--session-expiry", type=int, default=7 * 24 * 3600, help="seconds")
     p.add_argument("--keepalive", type=int, default=30, help="seconds")
     p.add_argument("--username")
@@ -127,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--late-after-s", type=float, default=300.0, help="landed this much after ts = late"
     )
     silver.add_argument(
+        "--relist-days", type=int, default=1,
+        help="an incremental run lists bronze ingest dates from this many days before the "
+        "latest one it processed",
+    )  # fmt: skip
+    silver.add_argument(
         "--full", action="store_true", help="reprocess all of bronze, replace every table"
     )
     rollups = _add_job(sub, "rollups", "1m/15m/1h/1d aggregates with time-weighted average")
@@ -140,9 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     rollups.add_argument(
         "--full", action="store_true", help="recompute every day, not only the touched ones"
     )
-    availability = _add_job(
-        sub, "availability", "device, gateway and link outages, uptime"
-    )
+    availability = _add_job(sub, "availability", "device, gateway and link outages, uptime")
     availability.add_argument(
         "--expected-interval-s", type=float, default=60.0, help="heartbeat of the devices"
     )
@@ -223,6 +236,7 @@ def job_params(name: str, args: argparse.Namespace) -> Any:
             prefix=get("prefix", c.DEFAULT_DEVICE_PREFIX),
             uplink_topic=get("uplink_topic", c.UPLINK_DIAGNOSTICS_TOPIC),
             late_after_ms=_ms(get("late_after_s", 300.0)),
+            relist_days=get("relist_days", 1),
             full=get("full", False),
         )
     if name == "rollups":
@@ -292,7 +306,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
 
 
 def _land(args: argparse.Namespace) -> int:
-    # The lander (aiomqtt) is imported by the `land` command only; the jobs never load it.
+    # The lander is imported by the `land` command only; the jobs never load it.
     from cloud_spark.lander import LanderConfig, run_lander
 
     host, port = args.broker
@@ -307,6 +321,8 @@ def _land(args: argparse.Namespace) -> int:
         roll_seconds=args.roll_seconds,
         receive_maximum=args.receive_maximum,
         max_batch_body=args.max_batch_bytes,
+        max_held=args.max_held,
+        leave=args.leave,
         session_expiry_s=args.session_expiry,
         keepalive_s=args.keepalive,
         username=args.username,

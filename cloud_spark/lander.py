@@ -2,41 +2,53 @@
 
 How this works:
 
-* One aiomqtt client (MQTT 5) with a **persistent session**: ``clean_start=False`` and a
-  Session Expiry Interval, so the broker queues QoS 1 messages while the lander is down.
-  Subscriptions are QoS 1, optionally ``$share/<group>/<filter>`` so that several landers
-  split the load.
-* **Deferred acknowledgements.** aiomqtt 2.x has no public manual-ack API (upstream issue
-  empicano/aiomqtt#345, draft PR #346). The paho-mqtt client underneath does:
-  ``manual_ack_set(True)`` stops paho from sending PUBACK when a message arrives, and
-  ``ack(mid, qos)`` sends it later. We switch it on before connecting (so even messages the
-  broker replays right after CONNACK are held) through ``client._client`` and keep that
-  access in :func:`_paho` only. A message is acked only after :meth:`BronzeWriter.commit`
-  returned the file holding it, i.e. after fsync + rename + directory fsync. PUBACKs go out
-  in arrival order, as MQTT requires.
-* The broker stops sending once ``receive_maximum`` messages are unacknowledged (MQTT 5
-  Receive Maximum, sent in CONNECT), so the lander also commits when that many are pending.
-  Some brokers cap what they send below that, at their own in-flight limit, and announce
-  the cap only as the Receive Maximum of their CONNACK (EMQX's ``max_inflight``; outpost's
-  ``max_inflight`` with ``receive_maximum``, both 64 by default). Waiting for the roll timer
-  would then land one window per ``roll_seconds``, so when that many are pending and
-  nothing has arrived for :data:`STALL_S`, the stream is taken as stalled on our acks and
-  the file is committed. (Only then: mosquitto 2.0 announces ``max_inflight_messages``, 20,
-  without capping what it sends an MQTT 5 client, and a busy stream must not be cut into
-  files of 20.)
-* A file is also committed when it is big or old enough (checked on every message and by a
-  ticker), or when the ingest hour changes.
-* Connection lost: the open file is committed (its records are duplicates-to-be, harmless)
-  but its messages are *not* acked: packet ids belong to the dead connection and the broker
-  redelivers them. Each connection gets a fresh aiomqtt client, so no stale message ever
-  reaches the new connection. Reconnects back off exponentially.
+* One MQTT 5 connection at a time (:class:`cloud_spark.mqtt_link.Link`, an asyncio protocol
+  with its own codec, :mod:`cloud_spark.mqtt_codec`, that never acknowledges by itself) with
+  a **persistent session**: ``clean_start=False`` and a Session Expiry Interval, so the
+  broker queues QoS 1 messages while the lander is down. Subscriptions are QoS 1,
+  optionally ``$share/<group>/<filter>`` so that several landers split the load.
+* The link calls :meth:`Lander._on_message` on the loop's thread as it cuts packets; the
+  record goes straight into the open bronze file (in memory until it is committed).
+* **Committing in the background.** A file is *sealed* when it is big or old enough
+  (checked on every message and by a ticker), when the ingest hour changes, or when it
+  holds ``receive_maximum`` messages; a sealed file is gzipped, written, fsynced, renamed
+  and its directory fsynced on a worker thread (:func:`cloud_spark.bronze_writer.finish`)
+  while the next file fills. Several sealed files may be finishing at once (a commit mostly
+  waits for the disk), but they are acknowledged in the order they were sealed, and every
+  message of a file only after :func:`finish` returned it, so PUBACKs go out in arrival
+  order, as MQTT requires, and never for a file after one that failed.
+* **What the lander holds is bounded.** Messages received and not yet acked (the open file
+  plus the sealed ones) are *held*. At ``max_held`` the lander stops reading the socket
+  (:meth:`Link.pause_reading`) until a commit makes room; TCP flow control then stops the
+  broker, whatever it does with Receive Maximum (mosquitto 2.0 honours it for the first
+  window only). :attr:`Lander.most_held` is the most it ever held.
+* The broker stops sending once ``receive_maximum`` messages are unacknowledged, so the
+  lander also seals when that many are pending. Some brokers cap what they send below that,
+  at their own in-flight limit, and announce the cap only as the Receive Maximum of their
+  CONNACK (EMQX's ``max_inflight``; outpost's ``max_inflight`` with ``receive_maximum``, both
+  64 by default). Waiting for the roll timer would then land one window per
+  ``roll_seconds``, so when that many are pending and nothing has arrived for
+  :data:`STALL_S`, the stream is taken as stalled on our acks and the file is sealed.
+  (Only then: mosquitto 2.0 announces ``max_inflight_messages``, 20, without capping what
+  it sends an MQTT 5 client, and a busy stream must not be cut into files of 20.)
+* Connection lost: the files are still committed (their records are duplicates-to-be,
+  harmless) but their messages are *not* acked: packet ids belong to the dead connection
+  and the broker redelivers them. Each connection gets a fresh client, so no stale message
+  ever reaches the new connection. Reconnects back off exponentially.
 * **Batched messages** (many outbox rows per PUBLISH, :mod:`cloud_spark.batch_format`) become
-  one bronze record per row, all in the same file; the message is acked with the file. A
-  batch that does not decode is written whole, with its reason, under ``<root>/quarantine/``
-  (:mod:`cloud_spark.lander_quarantine`), and acked once that file and the records that
+  one bronze record per row, all in the same file, acknowledged with it; the counts above
+  (pending, held, the window) are of messages, not rows. A batch that does not decode is
+  written whole, with its reason, under ``<root>/quarantine/``
+  (:mod:`cloud_spark.lander_quarantine`), and acked once that file and everything that
   arrived before it are committed.
-* SIGTERM / SIGINT: commit the open file, ack it, disconnect cleanly (the session stays),
+* SIGTERM / SIGINT: commit everything, ack it, disconnect cleanly (the session stays),
   exit 0. SIGKILL loses nothing either: uncommitted messages were never acked.
+* **Leaving a share group for good** (``leave``): instead of landing until stopped, the
+  lander resumes its session, subscribes to a topic of its own (:func:`leave_topic`),
+  unsubscribes its filters, publishes one marker message to its own topic and lands
+  everything until the marker arrives (the broker delivers a session's queue in order, so
+  nothing queued for it is left behind), commits and acks it all, and disconnects with
+  Session Expiry Interval 0: the broker deletes the session and queues nothing more for it.
 """
 
 from __future__ import annotations
@@ -52,23 +64,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiomqtt
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
-
 from cloud_spark.batch_format import MAX_BODY, BatchError
-from cloud_spark.bronze_writer import BronzeWriter, Committed
+from cloud_spark.bronze_writer import BronzeWriter, Committed, Sealed, finish
 from cloud_spark.lander_quarantine import quarantine_message
+from cloud_spark.mqtt_codec import Publish
+from cloud_spark.mqtt_link import Link, LinkError, RefusedError
 from cloud_spark.records import bronze_records, encode_record
 
 log = logging.getLogger("cloud_spark.lander")
 
-#: an ack token: (connection number, MQTT packet id, QoS); None for all but the last record
-#: of a batch
-Token = tuple[int, int, int] | None
+#: an ack token: (connection number, MQTT packet id, QoS)
+Token = tuple[int, int, int]
 
 #: quiet time after which a full window of pending messages counts as a stall on our acks
 STALL_S = 0.05
+
+#: prefix of the topic a leaving lander sends its marker to (``<prefix>/<client id>``)
+LEAVE_TOPIC_PREFIX = "outpost-lander-leave"
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,8 @@ class LanderConfig:
     roll_seconds: float = 5.0
     receive_maximum: int = 1000
     max_batch_body: int = MAX_BODY
+    #: most messages received and not yet acked; None: four times ``receive_maximum``
+    max_held: int | None = None
     session_expiry_s: int = 7 * 24 * 3600
     keepalive_s: int = 30
     username: str | None = None
@@ -95,12 +109,23 @@ class LanderConfig:
     tls_insecure: bool = False
     reconnect_max_s: float = 30.0
     compresslevel: int = 6
+    #: leave the share group for good instead of landing until stopped
+    leave: bool = False
 
     def filters(self) -> list[str]:
         """Subscription filters, wrapped in ``$share/<group>/`` when a share group is set."""
         if self.share:
             return [f"$share/{self.share}/{topic}" for topic in self.topics]
         return list(self.topics)
+
+    @property
+    def held_limit(self) -> int:
+        return self.max_held if self.max_held is not None else 4 * self.receive_maximum
+
+
+def leave_topic(client_id: str) -> str:
+    """The topic a leaving lander publishes its marker to and subscribes (needs both rights)."""
+    return f"{LEAVE_TOPIC_PREFIX}/{client_id}"
 
 
 def _tls_context(cfg: LanderConfig) -> ssl.SSLContext | None:
@@ -115,45 +140,8 @@ def _tls_context(cfg: LanderConfig) -> ssl.SSLContext | None:
     return context
 
 
-def _paho(client: aiomqtt.Client) -> Any:
-    """The paho client under aiomqtt: the one place that reaches into aiomqtt internals."""
-    return client._client  # see module docstring (manual acks)
-
-
-def make_client(
-    cfg: LanderConfig, on_connack: Callable[[int], None] = lambda receive_maximum: None
-) -> aiomqtt.Client:
-    """An MQTT 5 client with a persistent session and manual acknowledgements switched on.
-
-    ``on_connack`` gets the broker's Receive Maximum from each CONNACK (65535 when absent).
-    """
-    props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
-    props.SessionExpiryInterval = cfg.session_expiry_s
-    props.ReceiveMaximum = cfg.receive_maximum
-    client = aiomqtt.Client(
-        cfg.host,
-        cfg.port,
-        identifier=cfg.client_id,
-        protocol=aiomqtt.ProtocolVersion.V5,
-        clean_start=False,
-        properties=props,
-        keepalive=cfg.keepalive_s,
-        username=cfg.username,
-        password=cfg.password,
-        tls_context=_tls_context(cfg),
-    )
-    paho = _paho(client)
-    paho.manual_ack_set(True)
-    aiomqtt_on_connect = paho.on_connect
-
-    def on_connect(*args: Any) -> None:
-        # (client, userdata, flags, reason code, properties): aiomqtt drops the properties
-        properties = args[4] if len(args) > 4 else None
-        on_connack(getattr(properties, "ReceiveMaximum", None) or 65535)
-        aiomqtt_on_connect(*args)
-
-    paho.on_connect = on_connect
-    return client
+async def _first_of(*futures: asyncio.Future[Any]) -> None:
+    await asyncio.wait(set(futures), return_when=asyncio.FIRST_COMPLETED)
 
 
 def _now_ms() -> int:
@@ -177,102 +165,240 @@ class Lander:
         self.connection = 0
         self.landed = 0
         self.quarantined = 0
-        self._lock = asyncio.Lock()
-        self._client: aiomqtt.Client | None = None
+        #: the most messages held (received, not acked) at any moment
+        self.most_held = 0
+        self._link: Link | None = None
         #: pending messages at which the broker may stop sending (see the module docstring)
         self._window = cfg.receive_maximum
         self._received = 0
+        self._held_sealed = 0  # messages in sealed files not finished yet
+        self._committing: asyncio.Future[None] | None = None  # the last file being finished
+        self._failure: BaseException | None = None
         self._stall_check: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()  # stall commits, referenced until done
+        self._marker: asyncio.Future[tuple[int, int]] | None = None  # leave: (mid, qos)
+        self._debug = log.isEnabledFor(logging.DEBUG)
+
+    @property
+    def held(self) -> int:
+        """Messages received and not acknowledged yet (open and sealed files)."""
+        return self.writer.pending + self._held_sealed
 
     async def run(self) -> int:
-        """Land until :attr:`stop` is set; returns the process exit code."""
+        """Land until :attr:`stop` is set (or, with ``leave``, until the session is ended);
+        returns the process exit code."""
         stale = self.writer.remove_stale_temp_files()
         if stale:
             log.info("removed %d temp files of an earlier run", stale)
         delay = 0.5
-        while not self.stop.is_set():
-            try:
-                await self._connection()
-                delay = 0.5
-            except aiomqtt.MqttError as exc:
-                log.warning("connection lost: %s; reconnecting in %.1fs", exc, delay)
-                self._client = None
-                await self._commit(ack=False)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stop.wait(), delay)
-                delay = min(delay * 2, self.cfg.reconnect_max_s)
-        if self._stall_check is not None:
-            self._stall_check.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._commit(ack=False)
-        log.info("stopped after landing %d messages", self.landed)
+        ticker = asyncio.create_task(self._tick(), name="tick")
+        try:
+            while not self.stop.is_set() and self._failure is None:
+                try:
+                    await self._connection()
+                    delay = 0.5
+                except LinkError as exc:
+                    log.warning("%s; reconnecting in %.1fs", exc, delay)
+                    await self._flush()  # committed, not acked: the link is gone
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stop.wait(), delay)
+                    delay = min(delay * 2, self.cfg.reconnect_max_s)
+        finally:
+            ticker.cancel()
+            if self._stall_check is not None:
+                self._stall_check.cancel()
+            await self._flush()
+        if self._failure is not None:
+            raise self._failure
+        log.info(
+            "stopped after landing %d messages (most held at once: %d)",
+            self.landed,
+            self.most_held,
+        )
         return 0
 
-    def _connack(self, receive_maximum: int) -> None:
-        self._window = min(self.cfg.receive_maximum, receive_maximum)
-
     async def _connection(self) -> None:
-        client = make_client(self.cfg, self._connack)
-        async with client:
-            self.connection += 1
-            self._client = client
-            for topic_filter in self.cfg.filters():
-                await client.subscribe(topic_filter, qos=1)
-            log.info("subscribed %s as %s", ",".join(self.cfg.filters()), self.cfg.client_id)
-            reader: asyncio.Task[Any] = asyncio.create_task(self._read(client), name="read")
-            ticker: asyncio.Task[Any] = asyncio.create_task(self._tick(), name="tick")
-            stopper: asyncio.Task[Any] = asyncio.create_task(self.stop.wait(), name="stop")
-            done, _ = await asyncio.wait(
-                {reader, ticker, stopper}, return_when=asyncio.FIRST_COMPLETED
+        self.connection += 1
+        link = Link(
+            self.cfg.client_id,
+            self._on_message,
+            username=self.cfg.username,
+            password=self.cfg.password,
+            tls_context=_tls_context(self.cfg),
+        )
+        self._link = link  # before CONNACK: the session's messages may follow it at once
+        self._update_reading()
+        try:
+            receive_maximum = await link.connect(
+                self.cfg.host,
+                self.cfg.port,
+                keepalive=self.cfg.keepalive_s,
+                session_expiry_s=self.cfg.session_expiry_s,
+                receive_maximum=self.cfg.receive_maximum,
             )
-            async with self._lock:  # never cancel a task in the middle of a commit
-                for task in (reader, ticker, stopper):
-                    task.cancel()
-            await asyncio.gather(reader, ticker, stopper, return_exceptions=True)
-            for task in done:
-                if not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-            await self._commit(ack=True)
-            self._client = None
+            self._window = min(self.cfg.receive_maximum, receive_maximum)
+            log.info(
+                "connected as %s (session present: %s, broker's receive maximum %d)",
+                self.cfg.client_id, link.session_present, receive_maximum,
+            )  # fmt: skip
+            if self.cfg.leave:
+                try:
+                    await self._leave(link)
+                except RefusedError as exc:  # retrying would not help; the session stays as it was
+                    raise SystemExit(f"error: cannot leave the group: {exc}") from None
+                return
+            await link.subscribe(self.cfg.filters())
+            log.info("subscribed %s as %s", ",".join(self.cfg.filters()), self.cfg.client_id)
+            stopping = asyncio.ensure_future(self.stop.wait())
+            await _first_of(stopping, link.lost)
+            stopping.cancel()
+            if link.lost.done():
+                link.lost.result()  # raises LinkError when the broker went away
+                raise LinkError("the broker closed the connection")
+            await self._flush()  # commit and ack everything before the clean DISCONNECT
+            await link.disconnect()
+        finally:
+            self._link = None
+            link.close()
 
-    async def _read(self, client: aiomqtt.Client) -> None:
-        connection = self.connection
-        async for message in client.messages:
-            ingest_ms = self.clock_ms()
-            props = message.properties
-            user_props = getattr(props, "UserProperty", None) if props is not None else None
-            payload = message.payload
-            data = payload if isinstance(payload, bytes) else str(payload).encode()
-            token = (connection, message.mid, message.qos)
+    async def _leave(self, link: Link) -> None:
+        """Hand back everything the session holds, then end the session (module docstring)."""
+        topic = leave_topic(self.cfg.client_id)
+        self._marker = asyncio.get_running_loop().create_future()
+        await link.subscribe([topic])
+        codes = await link.unsubscribe(self.cfg.filters())
+        log.info("leaving: unsubscribed %s (reason codes %s)", ",".join(self.cfg.filters()), codes)
+        await link.publish(topic, b"leave")
+        await _first_of(self._marker, link.lost)
+        if not self._marker.done():
+            link.lost.result()
+            raise LinkError("the broker closed the connection while leaving")
+        await self._flush()
+        mid, qos = self._marker.result()
+        if qos:
+            link.ack_all([mid])
+        await link.unsubscribe([topic])
+        await link.disconnect(session_expiry_s=0)
+        log.info("left: session %s ended", self.cfg.client_id)
+        self.stop.set()
+
+    def _on_message(self, message: Publish) -> None:
+        """Called by the link on the loop's thread for every received PUBLISH."""
+        if self._marker is not None and message.topic == leave_topic(self.cfg.client_id):
+            if not self._marker.done():
+                self._marker.set_result((message.mid, message.qos))
+            return
+        ingest_ms = self.clock_ms()
+        token = (self.connection, message.mid, message.qos)
+        try:
+            records = bronze_records(
+                remote_topic=message.topic,
+                payload=message.payload,
+                user_properties=message.user_properties,
+                ingest_ms=ingest_ms,
+                lander_id=self.cfg.client_id,
+                max_body=self.cfg.max_batch_body,
+            )
+        except BatchError as exc:
+            self._quarantine(message, ingest_ms, exc, token)
+            return
+        writer = self.writer
+        sealed = writer.append([encode_record(record) for record in records], ingest_ms, token)
+        if sealed is not None:
+            self._finish(sealed)
+        self._received += 1
+        if self._debug:
+            log.debug("received %s (%d pending)", message.topic, writer.pending)
+        if writer.pending >= self.cfg.receive_maximum or writer.due():
+            self._seal()
+        elif writer.pending >= self._window:
+            self._watch_for_stall()
+        held = self.held
+        self.most_held = max(self.most_held, held)
+        if held >= self.cfg.held_limit and self._link is not None:
+            self._link.pause_reading()
+
+    def _quarantine(self, message: Publish, ingest_ms: int, error: BatchError,
+                    token: Token) -> None:
+        """Keep a message that does not decode (a bad batch) under ``quarantine/`` with its
+        reason; acknowledge it after everything that arrived before it is committed."""
+        self.quarantined += 1
+        serial = self.quarantined
+        self._seal()
+        self._held_sealed += 1
+        previous = self._committing
+
+        async def keep() -> None:
             try:
-                records = bronze_records(
-                    remote_topic=message.topic.value,
-                    payload=data,
-                    user_properties=user_props,
-                    ingest_ms=ingest_ms,
-                    lander_id=self.cfg.client_id,
-                    max_body=self.cfg.max_batch_body,
-                )
-            except BatchError as exc:
-                await self._quarantine(message.topic.value, data, user_props, ingest_ms, exc,
-                                       token)
-                continue
-            async with self._lock:
-                # a batch's records share its message: only the last one carries the ack
-                tokens = [None] * (len(records) - 1) + [token]
-                for record, each in zip(records, tokens, strict=True):
-                    for committed in self.writer.append(encode_record(record), ingest_ms, each):
-                        self._acknowledge(committed)
-                self._received += 1
-                log.debug("received %s (%d pending)", message.topic.value, self.writer.pending)
-                if self.writer.due() or self.writer.pending >= self.cfg.receive_maximum:
-                    await self._commit_locked(ack=True)
-                elif self.writer.pending >= self._window:
-                    self._watch_for_stall()
+                try:
+                    path = await asyncio.to_thread(
+                        quarantine_message, self.cfg.root, reason=error.reason,
+                        detail=error.detail, remote_topic=message.topic,
+                        payload=message.payload,
+                        user_properties=list(message.user_properties or ()),
+                        ingest_ms=ingest_ms, lander_id=self.cfg.client_id, serial=serial,
+                    )  # fmt: skip
+                    log.warning("quarantined a message on %s (%s) as %s", message.topic, error,
+                                path)
+                except OSError as exc:
+                    log.error("cannot quarantine a message on %s: %s", message.topic, exc)
+                    self._failure = exc
+                    self.stop.set()
+                if previous is not None:
+                    await previous  # PUBACKs stay in arrival order
+                if self._failure is None:
+                    self._ack([token])
+            finally:
+                self._held_sealed -= 1
+            self._update_reading()
+
+        self._committing = asyncio.ensure_future(keep())
+
+    def _update_reading(self) -> None:
+        link = self._link
+        if link is not None:
+            if self.held >= self.cfg.held_limit:
+                link.pause_reading()
+            else:
+                link.resume_reading()
+
+    def _seal(self) -> None:
+        sealed = self.writer.seal()
+        if sealed is not None:
+            self._finish(sealed)
+
+    def _finish(self, sealed: Sealed[Token]) -> None:
+        """Commit ``sealed`` on a worker thread after every file sealed before it."""
+        self._held_sealed += len(sealed.tokens)
+        self._committing = asyncio.ensure_future(self._finish_after(self._committing, sealed))
+
+    async def _finish_after(
+        self, previous: asyncio.Future[None] | None, sealed: Sealed[Token]
+    ) -> None:
+        started = time.monotonic()
+        try:
+            try:  # files are finished side by side (fsync waits on the disk, not the CPU)...
+                committed = await asyncio.to_thread(finish, sealed)
+            except OSError as exc:
+                log.error("cannot commit %s: %s", sealed.final_path, exc)
+                self._failure = exc
+                self.stop.set()
+            if previous is not None:
+                await previous  # ...and acknowledged in the order they were sealed
+            if self._failure is None:
+                self._acknowledge(committed, time.monotonic() - started)
+        finally:
+            self._held_sealed -= len(sealed.tokens)
+        self._update_reading()
+
+    async def _flush(self) -> None:
+        """Seal the open file and wait until every sealed file is committed (and acked, if
+        its connection is still up)."""
+        self._seal()
+        if self._committing is not None:
+            await self._committing
 
     def _watch_for_stall(self) -> None:
-        """Commit if nothing arrives for :data:`STALL_S` (the broker waits for our acks)."""
+        """Seal if nothing arrives for :data:`STALL_S` (the broker waits for our acks)."""
         if self._stall_check is not None:
             return
         received = self._received
@@ -280,14 +406,12 @@ class Lander:
         def check() -> None:
             self._stall_check = None
             if self.writer.pending < self._window:
-                return  # committed meanwhile
+                return  # sealed meanwhile
             if self._received != received:
                 self._watch_for_stall()  # still flowing: look again later
                 return
             log.debug("stalled with %d pending: committing", self.writer.pending)
-            task = asyncio.create_task(self._commit(ack=True), name="stall-commit")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._seal()
 
         self._stall_check = asyncio.get_running_loop().call_later(STALL_S, check)
 
@@ -295,60 +419,28 @@ class Lander:
         interval = max(0.05, min(1.0, self.cfg.roll_seconds / 4))
         while True:
             await asyncio.sleep(interval)
-            async with self._lock:
-                if self.writer.due():
-                    await self._commit_locked(ack=True)
+            if self.writer.due():
+                self._seal()
 
-    async def _commit(self, *, ack: bool) -> None:
-        async with self._lock:
-            await self._commit_locked(ack=ack)
-
-    async def _commit_locked(self, *, ack: bool) -> None:
-        committed = await asyncio.to_thread(self.writer.commit)
-        if committed is not None and ack:
-            self._acknowledge(committed)
-        elif committed is not None:
-            self.landed += committed.records
-            log.info("committed %s (%d records, not acked)", committed.path, committed.records)
-
-    def _acknowledge(self, committed: Committed[Token]) -> None:
+    def _acknowledge(self, committed: Committed[Token], seconds: float) -> None:
         """PUBACK every message of a committed file that arrived on the live connection."""
         self.landed += committed.records
-        client = self._client
-        acked = 0
-        if client is not None:
-            paho = _paho(client)
-            for token in committed.tokens:
-                acked += self._ack(paho, token)
-        log.info("committed %s (%d records, %d acked)", committed.path, committed.records, acked)
+        acked = self._ack(committed.tokens)
+        log.info(
+            "committed %s (%d records, %d acked, %.0f ms)",
+            committed.path, committed.records, acked, seconds * 1000,
+        )  # fmt: skip
 
-    def _ack(self, paho: Any, token: Token) -> int:
-        """PUBACK one message if it came on the live connection; returns 1 if acked."""
-        if token is None:
-            return 0
-        connection, mid, qos = token
-        if connection != self.connection or qos == 0:
-            return 0
-        paho.ack(mid, qos)
-        return 1
 
-    async def _quarantine(
-        self, topic: str, payload: bytes, user_props: Any, ingest_ms: int, error: BatchError,
-        token: Token,
-    ) -> None:
-        """Keep a message that does not decode (a bad batch) under ``quarantine/`` with its
-        reason, then acknowledge it after everything that arrived before it."""
-        async with self._lock:
-            self.quarantined += 1
-            path = await asyncio.to_thread(
-                quarantine_message, self.cfg.root, reason=error.reason, detail=error.detail,
-                remote_topic=topic, payload=payload, user_properties=list(user_props or ()),
-                ingest_ms=ingest_ms, lander_id=self.cfg.client_id, serial=self.quarantined,
-            )
-            log.warning("quarantined a message on %s (%s) as %s", topic, error, path)
-            await self._commit_locked(ack=True)  # PUBACKs stay in arrival order
-            if self._client is not None:
-                self._ack(_paho(self._client), token)
+    def _ack(self, tokens: list[Token]) -> int:
+        """PUBACK the messages that arrived on the live connection; returns how many."""
+        link = self._link
+        if link is None or link.lost.done():
+            return 0
+        live = self.connection
+        mids = [mid for connection, mid, qos in tokens if connection == live and qos]
+        link.ack_all(mids)
+        return len(mids)
 
 
 async def run_lander(cfg: LanderConfig) -> int:

@@ -211,6 +211,11 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
     "python -m cloud_spark silver ◄────────────────────┘": (
         NotRunnable("a line of the pipeline diagram, not a command"),
     ),
+    "python -m cloud_spark land --broker cloud-broker:1883 --topic 'outpost/#' --share landers "
+    "--client-id outpost-lander-c --root /data/landing --leave": (
+        NotRunnable("needs the cloud broker host of the example; `land --leave` runs against "
+                    "mosquitto in tests/cloud_spark/test_lander_flow.py"),
+    ),
     **{line: (Synopsis(),) for line in (
         "python -m cloud_spark land --broker HOST:PORT --topic FILTER [--topic FILTER …]",
         "python -m cloud_spark silver       --root PATH --out PATH [--prefix P] "
@@ -244,7 +249,10 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         "[--conf KEY=VALUE …] [--json FILE]",
         ".venv/bin/python -m bench.cloud.lander_rate [--messages 5000] [--max-inflight 64] "
         "[--roll-seconds 5] [--receive-maximum 1000]",
+        ".venv/bin/python -m bench.cloud.history_cost [--history 10000,500000] "
+        "[--new-rows 10000]",
     )},
+    ".venv/bin/python -m bench.fleet.run": (NotRunnable(BENCH),),
     ".venv/bin/python -m bench.cloud.tsbs_iot --rows 1000000 --out /tmp/tsbs/landing": (
         NotRunnable(BENCH),
     ),

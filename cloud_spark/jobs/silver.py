@@ -62,6 +62,9 @@ class SilverParams:
     prefix: str = c.DEFAULT_DEVICE_PREFIX
     uplink_topic: str = c.UPLINK_DIAGNOSTICS_TOPIC
     late_after_ms: int = 5 * 60 * 1000
+    #: an incremental run lists bronze from this many days before the latest ingest date it
+    #: has processed (``--relist-days``; see :mod:`cloud_spark.bronze_files`)
+    relist_days: int = 1
     #: reprocess all of bronze and replace every table (``--full``)
     full: bool = False
 
@@ -381,7 +384,12 @@ def run(spark: SparkSession, root: str, out: str, params: SilverParams) -> dict[
     processed files is committed last (see :mod:`cloud_spark.bronze_files`). Returns the
     counts of this run's rows.
     """
-    return process(spark, root, out, params, bf.list_bronze(spark, root))
+    since = (
+        None
+        if params.full
+        else bf.listing_cutoff(bf.manifest_dates(spark, out), params.relist_days)
+    )
+    return process(spark, root, out, params, bf.list_bronze(spark, root, since))
 
 
 def _transform_and_load(
@@ -422,6 +430,11 @@ def _transform_and_load(
     return touched, counts
 
 
+def _listed_since(rel: str, since: str) -> bool:
+    day = bf.ingest_date_of(rel)
+    return day == bf.NO_DATE or day >= since
+
+
 def process(
     spark: SparkSession,
     root: str,
@@ -430,8 +443,12 @@ def process(
     listed: list[bf.BronzeFile],
 ) -> dict[str, Any]:
     """:func:`run` on a given listing (files may have vanished since it was taken)."""
-    done = bf.processed(spark, out)
-    full = params.full or not done
+    dates = bf.manifest_dates(spark, out)
+    full = params.full or not dates
+    since = None if full else bf.listing_cutoff(dates, params.relist_days)
+    if since is not None:  # older dates were processed (see cloud_spark.bronze_files)
+        listed = [f for f in listed if _listed_since(f.rel, since)]
+    done = set() if full else bf.processed(spark, out, since)
     todo = listed if full else [f for f in listed if f.rel not in done]
     reasons = _unreadable(spark, root, todo)
     readable = [f.rel for f in todo if f.rel not in reasons]

@@ -6,7 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
-from cloud_spark.bronze_writer import BronzeWriter
+from cloud_spark.bronze_writer import BronzeWriter, finish
 
 T0 = 1_717_430_400_000  # 16:00:00 UTC
 
@@ -35,7 +35,7 @@ def read(path: Path) -> list[int]:
 def test_nothing_is_visible_or_acked_until_commit(tmp_path: Path) -> None:
     writer: BronzeWriter[int] = BronzeWriter(tmp_path, "lander-1", roll_bytes=10**6)
     for n in range(3):
-        assert writer.append(line(n), T0 + n, token=n) == []
+        assert writer.append(line(n), T0 + n, token=n) is None
     assert writer.pending == 3
     assert committed_files(tmp_path) == []
     temps = list(tmp_path.glob("bronze/*/*/.part-*.tmp"))
@@ -69,11 +69,13 @@ def test_rolls_by_size_and_by_age(tmp_path: Path) -> None:
     assert writer.due()
 
 
-def test_a_new_ingest_hour_commits_the_open_file_first(tmp_path: Path) -> None:
+def test_a_new_ingest_hour_seals_the_open_file_first(tmp_path: Path) -> None:
     writer: BronzeWriter[int] = BronzeWriter(tmp_path, "l")
     writer.append(line(1), T0 + 3_599_999, 1)
-    done = writer.append(line(2), T0 + 3_600_000, 2)
-    assert [c.tokens for c in done] == [[1]]
+    sealed = writer.append(line(2), T0 + 3_600_000, 2)
+    assert sealed is not None and sealed.tokens == [1]
+    assert writer.pending == 1
+    assert finish(sealed).tokens == [1]
     last = writer.commit()
     assert last is not None and last.tokens == [2]
     hours = [p.parent.name for p in committed_files(tmp_path)]

@@ -267,3 +267,57 @@ def test_an_unsupported_spark_version_is_refused_with_a_clear_error(version: str
     with pytest.raises(SparkVersionError, match="Spark"):
         check_spark_version(version)
     check_spark_version("4.0.1")
+
+
+def test_an_old_processed_ingest_date_is_not_listed_or_read_again(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """An incremental run lists bronze and reads the manifest from one day before the latest
+    ingest date it processed: the directories of older dates are not listed at all."""
+    root, out = tmp_path / "landing", tmp_path / "tables"
+    topic, day = "devices/m1/power", 86_400_000
+
+    def land(seq: int, ingest_ms: int) -> None:
+        row = bronze_row(seq, topic, point_payload(seq, ingest_ms), ingest_ms=ingest_ms)
+        write_bronze(root, f"part-{seq}.json.gz", [row], ingest_ms=ingest_ms)
+
+    land(1, T0 - 5 * day)  # an old ingest date
+    land(2, T0)
+    assert silver.run(spark, str(root), str(out), silver.SilverParams())["files"] == 2
+    land(3, T0 + 1000)
+    old_dir = f"{bf.DATE_PREFIX}2024-05-29/"
+
+    everything: list[str] = []
+    bf.list_bronze(spark, str(root), on_list=everything.append)
+    assert old_dir in everything  # a full listing walks it
+
+    since = bf.listing_cutoff(bf.manifest_dates(spark, str(out)), relist_days=1)
+    assert since == "2024-06-02"
+    walked: list[str] = []
+    listed = bf.list_bronze(spark, str(root), since, on_list=walked.append)
+    assert not any(prefix.startswith(old_dir) for prefix in walked)
+    assert [bf.ingest_date_of(f.rel) for f in listed] == ["2024-06-03", "2024-06-03"]
+    assert bf.processed(spark, str(out), since) == {listed[0].rel}
+
+    result = silver.process(spark, str(root), str(out), silver.SilverParams(), listed)
+    assert result["files"] == 1 and result["mode"] == "incremental"
+    seqs = sorted(row["seq"] for row in read_table(spark, str(out), "points").collect())
+    assert seqs == [1, 2, 3]
+    assert silver.run(spark, str(root), str(out), silver.SilverParams())["files"] == 0
+
+
+def test_a_manifest_of_the_earlier_layout_is_taken_over(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    root, out = tmp_path / "landing", tmp_path / "tables"
+    row = bronze_row(1, "devices/m1/power", point_payload(1, T0))
+    write_bronze(root, "part-1.json.gz", [row], ingest_ms=T0)
+    silver.run(spark, str(root), str(out), silver.SilverParams())
+    # the same manifest as the unpartitioned layout of earlier versions wrote it
+    legacy = str(out / bf.LEGACY_FILES_DIR)
+    spark.read.parquet(str(out / bf.FILES_DIR)).drop("ingest_date").write.parquet(legacy)
+    shutil.rmtree(out / bf.FILES_DIR)
+
+    assert bf.manifest_dates(spark, str(out)) == ["2024-06-03"]
+    assert not (out / bf.LEGACY_FILES_DIR).exists()
+    assert silver.run(spark, str(root), str(out), silver.SilverParams())["files"] == 0
