@@ -23,7 +23,7 @@ NPM_DIRS += tests/gateway/broker/e2e/mqttjs
 # node-opcua: the third-party OPC UA server of the bridge's OPC UA tests (tests/bridge/opcua/).
 NPM_DIRS += tests/bridge/opcua/node_server
 
-.PHONY: demo test test-loaded lint typecheck unit soak fleet-test bench system-packages node-packages clean
+.PHONY: demo test test-loaded lint typecheck unit soak fleet-test pipeline-test bench system-packages node-packages clean
 
 # system-packages first (order only): systemd-python in the dev extras builds against libsystemd.
 $(STAMP): pyproject.toml | system-packages
@@ -94,6 +94,11 @@ soak: $(STAMP) system-packages
 # the fleet table from the Spark jobs (tests/outpost/test_fleet.py; several minutes).
 fleet-test: $(STAMP) system-packages
 	$(PY) -m pytest -q -s -m fleet tests/outpost/test_fleet.py
+
+# The same outbox rows sent one by one and batched (MQTT 5 and 3.1.1, a gateway killed mid-batch)
+# build the same silver tables (tests/cloud_spark/test_batched_silver.py; a few minutes).
+pipeline-test: $(STAMP) system-packages
+	$(PY) -m pytest -q -m pipeline tests/cloud_spark/test_batched_silver.py
 
 bench: $(STAMP) system-packages
 	$(PY) -m bench.compare

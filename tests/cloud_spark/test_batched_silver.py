@@ -8,7 +8,8 @@ come out the same, except the columns of the lander's own clock and name. The ba
 gateway is killed (SIGKILL) once in the middle of its drain: after dedup nothing is missing or
 doubled, and `quality` finds no hole.
 
-Minutes on a loaded machine (three drains, three silver runs): it runs with `make soak`.
+Minutes on a loaded machine (three drains, three silver runs): it runs with `make pipeline-test`
+(which CI runs).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def table_rows(spark: SparkSession, out: Path, name: str) -> list[tuple[object, 
     return sorted((tuple(row) for row in frame.select(*columns).collect()), key=repr)
 
 
-@pytest.mark.soak
+@pytest.mark.pipeline
 @pytest.mark.timeout(600)
 def test_batched_and_single_messages_build_the_same_silver(
     spark: SparkSession, broker_factory: Callable[..., BrokerProcess], tmp_path: Path,
