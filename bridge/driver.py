@@ -3,7 +3,8 @@
 How this works: a family is two things.
 
 - Its **configuration model**: one pydantic model per device, in a list of its own under
-  `[bridge]` (`devices`, `serial`, `opcua`). Every device model has a `name` and describes its
+  `[bridge]` (`devices`, `serial`, `opcua`). Every device model has a `name`, an `enabled`
+  flag (a disabled device is checked like any other but the bridge never opens it) and describes its
   points with `describe()` -> `DeviceDescription` (neutral `PointInfo`: data type, unit,
   writable, range, enum labels), which is all that Sparkplug (metric datatypes) and Home
   Assistant discovery (entity kinds) need: neither knows a family.
@@ -138,6 +139,10 @@ class DeviceSettings(Protocol):
     @property
     def name(self) -> str:
         """The device name (one topic level)."""
+
+    @property
+    def enabled(self) -> bool:
+        """False: kept in the configuration (and checked) but never opened."""
 
     def describe(self) -> DeviceDescription:
         """The device's points, family-neutral."""
