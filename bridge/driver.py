@@ -3,10 +3,11 @@
 How this works: a family is two things.
 
 - Its **configuration model**: one pydantic model per device, in a list of its own under
-  `[bridge]` (`devices`, `serial`, `opcua`). Every device model has a `name` and describes its
-  points with `describe()` -> `DeviceDescription` (neutral `PointInfo`: data type, unit,
-  writable, range, enum labels), which is all that Sparkplug (metric datatypes) and Home
-  Assistant discovery (entity kinds) need: neither knows a family.
+  `[bridge]` (`devices`, `serial`, `opcua`). Every device model has a `name`, an `enabled`
+  flag (a disabled device is checked like any other, but the bridge never opens it) and
+  describes its points with `describe()` -> `DeviceDescription` (neutral `PointInfo`: data
+  type, unit, writable, range, enum labels), which is all that Sparkplug (metric datatypes)
+  and Home Assistant discovery (entity kinds) need: neither knows a family.
 - Its **runtime**, a `Family` object per bridge: it opens the shared resources a family may
   have (Modbus buses, one lock per line) and one `Device` per configured device. A `Device`
   runs as one supervised task of the bridge (bridge/runtime.py), publishes its points through
@@ -138,6 +139,10 @@ class DeviceSettings(Protocol):
     @property
     def name(self) -> str:
         """The device name (one topic level)."""
+
+    @property
+    def enabled(self) -> bool:
+        """False: kept in the configuration (and checked) but never opened."""
 
     def describe(self) -> DeviceDescription:
         """The device's points, family-neutral."""

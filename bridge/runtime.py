@@ -16,6 +16,9 @@ the retained status honest itself:
   it is restarted after 5 s;
 - `stop` (gateway shutdown) sets every status to `offline` before the link is closed.
 LAN clients see a gateway crash directly: the broker they are connected to is gone.
+A device configured with `enabled = false` is never opened: its retained status is `offline`
+(so Sparkplug never births it and Home Assistant shows it unavailable) and `status()` lists it
+with `"disabled": true` (the status page and the console say "disabled").
 
 The composition root also finds two optional hooks here: `status()` (the "devices" section of
 `outpost status` and the status page) and `reload(config)` (SIGHUP with a changed `[bridge]`,
@@ -28,6 +31,8 @@ flap `offline` -> `online` upstream:
   says otherwise (`Device.adopt`);
 - a removed device is stopped and its status set to `offline` (it is gone);
 - a new device is started like at start: status `offline` until its first answer;
+- a device set to `enabled = false` is stopped like a removed one (status `offline`), one set
+  back to `enabled = true` is started like a new one; neither touches any other device;
 - an unchanged device on an unchanged bus keeps running and publishes no status at all;
 - `qos` / `retain` apply to the next publish, a changed `diagnostics_interval` restarts only
   the diagnostics task; a changed `prefix` (every topic moves) restarts everything.
@@ -65,6 +70,11 @@ from gateway.broker.engine.links import Link
 log = logging.getLogger("outpost.bridge")
 CLIENT_ID = "outpost-bridge"
 RESTART_DELAY = 5.0
+
+
+def _enabled(family: Family[Any, BridgeConfig], config: BridgeConfig) -> list[Any]:
+    """The family's devices the bridge runs: those not configured with `enabled = false`."""
+    return [d for d in family.configs(config) if d.enabled]
 
 
 class BridgeObserver(Protocol):
@@ -118,6 +128,11 @@ class Bridge:
         return list(self.devices)
 
     @property
+    def disabled(self) -> list[str]:
+        """The devices configured with `enabled = false` (never opened)."""
+        return [d.name for d in self.config.device_configs() if not d.enabled]
+
+    @property
     def buses(self) -> dict[str, ModbusBus]:
         """The Modbus buses."""
         return self.modbus.buses
@@ -146,18 +161,18 @@ class Bridge:
         if self.link is None:
             self.link = Link(self.broker, CLIENT_ID, loop.time, self._on_message)
         for family in self.families:
-            for settings in family.configs(self.config):
+            for settings in _enabled(family, self.config):
                 self.devices[settings.name] = self._open(family, settings)
-        for name in self.device_names:
+        for name in [*self.device_names, *self.disabled]:  # a disabled device is offline too
             self._publish_status(name, False)
         self.link.subscribe(f"{self.prefix}/+/+/set", qos=1)
         for name in self.device_names:
             self._spawn(name)
         self._start_diagnostics()
-        counts = ", ".join(f"{len(family.configs(self.config))} {family.kind}"
+        counts = ", ".join(f"{len(_enabled(family, self.config))} {family.kind}"
                            for family in self.families)
-        log.info("bridge: %d device(s) (%s), %d Modbus bus(es)", len(self.devices), counts,
-                 len(self.buses))
+        log.info("bridge: %d device(s) (%s), %d disabled, %d Modbus bus(es)",
+                 len(self.devices), counts, len(self.disabled), len(self.buses))
 
     async def stop(self, detach: bool = True) -> None:
         """Stop every device, publish every device offline, detach."""
@@ -213,8 +228,8 @@ class Bridge:
         old = self.config
         kept: set[str] = set()
         for family in self.families:
-            before = {d.name: d for d in family.configs(old)}
-            kept |= {d.name for d in family.configs(config)
+            before = {d.name: d for d in _enabled(family, old)}
+            kept |= {d.name for d in _enabled(family, config)
                      if before.get(d.name) == d
                      and family.environment(d, config) == family.environment(d, old)}
         return kept
@@ -228,7 +243,7 @@ class Bridge:
             return
         old = self.config
         kept = self._unchanged(config)
-        new_names = {d.name for family in self.families for d in family.configs(config)}
+        new_names = {d.name for family in self.families for d in _enabled(family, config)}
         stopping = [name for name in self.device_names if name not in kept]
         stopped = {name: (self.devices.pop(name), self._family.pop(name)) for name in stopping}
         self._limbo.update(stopping)
@@ -245,7 +260,7 @@ class Bridge:
         devices: dict[str, Device] = {}
         started: list[str] = []
         for family in self.families:
-            for settings in family.configs(config):
+            for settings in _enabled(family, config):
                 name = settings.name
                 if name in kept:
                     devices[name] = self.devices[name]
@@ -306,6 +321,9 @@ class Bridge:
                 "last_value_age_s": min(ages) if ages else None,  # type: ignore[type-var]
                 "points": points,
             })
+        devices += [{"name": name, "online": False, "disabled": True, "requests": 0,
+                     "errors": 0, "last_value_age_s": None, "points": {}}
+                    for name in self.disabled]
         return {"devices": devices}
 
     def _spawn(self, name: str) -> None:
@@ -401,6 +419,8 @@ class Bridge:
         its subclass CommandError) with the reason."""
         target = self.devices.get(device)
         if target is None:
+            if device in self.disabled:
+                raise WriteError(f"device {device!r} is disabled (enabled = false)")
             raise WriteError(f"unknown device {device!r}")
         return await target.write(point, value)
 

@@ -577,7 +577,8 @@ def render_text(status: Mapping[str, Any]) -> str:
         add(f"devices: {devices.get('online', 0)} online, {devices.get('offline', 0)} offline")
         for device in devices["devices"]:
             online = device.get("online")
-            state = "online" if online is True else "offline" if online is False else "unknown"
+            state = ("disabled" if device.get("disabled") else "online" if online is True
+                     else "offline" if online is False else "unknown")
             add(f"  {device.get('name', '?'):<20} {state:<8} last value "
                 f"{format_duration(device.get('last_value_age_s'))} ago, "
                 f"{device.get('errors', 0)} errors")

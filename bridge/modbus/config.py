@@ -205,6 +205,7 @@ class DeviceConfig(Section):
     """One Modbus device (a unit id on a bus) and its points."""
 
     name: Name
+    enabled: bool = Field(default=True, description="false: kept in the file, not polled")
     bus: str
     unit_id: Annotated[int, Field(ge=0, le=255)] = Field(description="the Modbus unit id")
     address_base: Literal[0, 1] = Field(description="1 when the manual counts registers from 1")

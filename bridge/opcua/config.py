@@ -117,6 +117,7 @@ class OpcUaDeviceConfig(Section):
     """One OPC UA server and the nodes read from it."""
 
     name: Name
+    enabled: bool = Field(default=True, description="false: kept in the file, not connected")
     endpoint: Annotated[str, Field(pattern=r"^opc\.tcp://[^/:\s]+(:\d+)?(/\S*)?$")] = Field(
         description="opc.tcp://host:port/path")
     security_policy: SecurityPolicy = "None"

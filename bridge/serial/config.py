@@ -47,6 +47,7 @@ class SerialDeviceConfig(Section):
     """A device on its own serial port that sends lines or frames."""
 
     name: Name
+    enabled: bool = Field(default=True, description="false: kept in the file, not opened")
     device: str = Field(description="serial port, e.g. /dev/ttyUSB1")
     baudrate: Annotated[int, Field(gt=0)] = 9600
     bytesize: Literal[7, 8] = 8

@@ -99,12 +99,8 @@ def add_serial_edit(device: dict[str, Any]) -> Edit:
 
 def remove_serial_edit(name: str) -> Edit:
     def edit(document: TOMLDocument) -> None:
-        devices = document.get("bridge", {}).get("serial", [])
-        for index, table in enumerate(devices):
-            if table.get("name") == name:
-                del devices[index]
-                return
-        raise KeyError(name)
+        index, _ = find_device(document, name, "serial")
+        del document["bridge"]["serial"][index]
 
     return edit
 
@@ -183,12 +179,27 @@ def add_device_edit(device: dict[str, Any], bus: dict[str, Any] | None) -> Edit:
     return edit
 
 
-def find_device(document: TOMLDocument, name: str) -> tuple[int, Any]:
-    """(index, table) of the Modbus device called `name` in the document."""
-    for index, table in enumerate(document.get("bridge", {}).get("devices", [])):
+def find_device(document: TOMLDocument, name: str, family: str = "devices") -> tuple[int, Any]:
+    """(index, table) of the device called `name` in `[[bridge.<family>]]` (Modbus:
+    `devices`, serial: `serial`) of the document."""
+    for index, table in enumerate(document.get("bridge", {}).get(family, [])):
         if table.get("name") == name:
             return index, table
     raise KeyError(name)
+
+
+def enabled_edit(family: str, name: str, enabled: bool) -> Edit:
+    """Disable a device (`enabled = false`) or enable it again (the key goes: true is the
+    default, so the table reads as it did before it was disabled)."""
+
+    def edit(document: TOMLDocument) -> None:
+        _, table = find_device(document, name, family)
+        if enabled:
+            table.pop("enabled", None)
+        else:
+            table["enabled"] = False
+
+    return edit
 
 
 def remove_device_edit(name: str) -> Edit:

@@ -132,3 +132,11 @@ def button_form(action: str, label: str, csrf: str, hidden: Mapping[str, str] | 
                      for k, v in (hidden or {}).items())
     return (f'<form method="post"{attr("action", action)} class="inline">{csrf_input(csrf)}'
             f'{fields}<button type="submit"{attr("class", css)}>{esc(label)}</button></form>')
+
+
+def device_badge(name: str, online: object, enabled: bool = True) -> str:
+    """A device's state, kept current by the live stream (console.js)."""
+    if not enabled:  # stays so until a reload enables it: nothing live to follow
+        return '<span class="badge disabled">disabled</span>'
+    state = "online" if online is True else "offline" if online is False else "unknown"
+    return f'<span class="badge {state}"{attr("data-live-status", name)}>{state}</span>'

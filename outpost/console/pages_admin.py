@@ -27,6 +27,7 @@ from outpost.console.html import (
     button_form,
     cell_input,
     csrf_input,
+    device_badge,
     esc,
     field,
     general_errors,
@@ -81,15 +82,13 @@ async def overview(request: web.Request) -> web.StreamResponse:
     devices = (status.get("devices") or {}).get("devices", [])
     rows = []
     for device in devices:
-        state = "online" if device.get("online") is True else (
-            "offline" if device.get("online") is False else "unknown")
         values = " · ".join(
             f'{esc(name)} <span class="value" data-live="{esc(device["name"])}/{esc(name)}">'
             f"{esc(value_text(point.get('value'), point.get('unit')))}</span>"
             for name, point in list((device.get("points") or {}).items())[:6])
         rows.append([f'<a href="/console/devices/{esc(device["name"])}">{esc(device["name"])}'
-                     f"</a>", f'<span class="badge {state}" data-live-status='
-                     f'"{esc(device["name"])}">{state}</span>', values])
+                     f"</a>", device_badge(device["name"], device.get("online"),
+                                           not device.get("disabled")), values])
     uplink = status.get("uplink")
     uplink_line = "no uplink configured" if not uplink else (
         f"{'connected' if uplink.get('connected') else 'disconnected'}, backlog "

@@ -34,6 +34,7 @@ from outpost.console.devices import (
     add_device_edit,
     add_serial_edit,
     device_table,
+    enabled_edit,
     probe,
     probe_bus,
     probe_device,
@@ -48,6 +49,7 @@ from outpost.console.html import (
     button_form,
     cell_input,
     csrf_input,
+    device_badge,
     esc,
     field,
     general_errors,
@@ -68,21 +70,18 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/console/devices/{device}", device_page)
     router.add_post("/console/devices/{device}", edit_device)
     router.add_post("/console/devices/{device}/remove", remove_device)
+    router.add_post("/console/devices/{device}/enabled", set_enabled)
     router.add_post("/console/devices/{device}/write", write_point)
     router.add_get("/console/serial/new", new_serial_page)
     router.add_post("/console/serial/new", add_serial)
     router.add_post("/console/serial/{device}/remove", remove_serial)
+    router.add_post("/console/serial/{device}/enabled", set_enabled)
     router.add_get("/console/live", live_stream)
 
 
 def _states(request: web.Request) -> dict[str, dict[str, Any]]:
     section = request.app[CONSOLE].board.collect().get("devices") or {}
     return {d["name"]: d for d in section.get("devices", [])}
-
-
-def _badge(name: str, online: object) -> str:
-    state = "online" if online is True else "offline" if online is False else "unknown"
-    return f'<span class="badge {state}"{attr("data-live-status", name)}>{state}</span>'
 
 
 def _last_values(device: str, points: Sequence[SerialPointConfig | PointConfig],
@@ -106,14 +105,15 @@ async def devices_page(request: web.Request) -> web.StreamResponse:
         values = _last_values(device.name, device.points, state)
         rows.append([f'<a href="/console/devices/{esc(device.name)}">{esc(device.name)}</a>',
                      "modbus", esc(device.bus), esc(device.unit_id),
-                     _badge(device.name, state.get("online")), values])
+                     device_badge(device.name, state.get("online"), device.enabled), values])
     for serial in config.serial:
         state = states.get(serial.name, {})
         values = _last_values(serial.name, serial.points, state)
-        remove = (button_form(f"/console/serial/{serial.name}/remove", "remove", session.csrf,
-                              css="danger") if session.can_change else "")
+        remove = (_enabled_button(f"/console/serial/{serial.name}", serial.enabled, session.csrf)
+                  + button_form(f"/console/serial/{serial.name}/remove", "remove", session.csrf,
+                                css="danger") if session.can_change else "")
         rows.append([esc(serial.name), "serial line", esc(serial.device), remove,
-                     _badge(serial.name, state.get("online")), values])
+                     device_badge(serial.name, state.get("online"), serial.enabled), values])
     body = table(("device", "kind", "bus / port", "unit", "state", "last values"), rows,
                  "no devices configured", id="devices")
     if session.can_change:
@@ -358,7 +358,8 @@ async def device_page(request: web.Request, errors: Mapping[str, str] | None = N
                      deadband, write])
     points = table(("point", "table", "address", "value", "deadband", "write"), rows,
                    "no points", id="points")
-    info = (f'<div class="panel">{_badge(device.name, state.get("online"))} bus '
+    badge = device_badge(device.name, state.get("online"), device.enabled)
+    info = (f'<div class="panel">{badge} bus '
             f"{esc(device.bus)} · unit id {esc(device.unit_id)} · "
             f"{esc(device.map or 'own points')} · poll every {device.poll_interval:g} s</div>")
     if session.can_change:
@@ -370,6 +371,8 @@ async def device_page(request: web.Request, errors: Mapping[str, str] | None = N
                 f'id="edit-device">{csrf_input(session.csrf)}<div class="panel">{settings}</div>'
                 f'{points}<div class="actions"><button type="submit" id="save">review change'
                 f"</button></div></form>"
+                + _enabled_button(f"/console/devices/{device.name}", device.enabled,
+                                  session.csrf)
                 + button_form(f"/console/devices/{device.name}/remove", "remove this device",
                               session.csrf, css="danger") + "".join(writes))
     else:
@@ -413,6 +416,24 @@ async def remove_device(request: web.Request) -> web.StreamResponse:
     errors, general = propose(request, remove_device_edit(device.name),
                               f"remove device {device.name}", "/console/devices")
     return await device_page(request, errors, general)
+
+
+def _enabled_button(device_path: str, enabled: bool, csrf: str) -> str:
+    """Disable (or enable again) through the change review, like any other edit."""
+    return button_form(f"{device_path}/enabled", "disable" if enabled else "enable", csrf,
+                       {"enabled": "false" if enabled else "true"}, css="secondary")
+
+
+async def set_enabled(request: web.Request) -> web.StreamResponse:
+    """`enabled = false` / back to enabled, for a Modbus or a serial device."""
+    name = request.match_info["device"]
+    family = "serial" if request.path.startswith("/console/serial/") else "devices"
+    enabled = (await request.post()).get("enabled") == "true"
+    back = f"/console/devices/{name}" if family == "devices" else "/console/devices"
+    errors, general = propose(request, enabled_edit(family, name, enabled),
+                              f"{'enable' if enabled else 'disable'} device {name}", back)
+    session_of(request).notice = "; ".join([*general, *errors.values()])
+    raise web.HTTPSeeOther(back)
 
 
 def _write_value(text: str) -> object:

@@ -444,3 +444,42 @@ points = [{ name = "a", address = 1, sclae = 2 }]
     assert "bridge.devices.0.points.0.sclae: Extra inputs are not permitted" in text
     assert "bridge.devices: Value error, devices.0 'meter': unknown bus 'lab1' (buses: lab)" \
         in text
+
+
+def test_a_disabled_device_stays_in_the_configuration_and_is_checked(tmp_path: Path) -> None:
+    """`enabled = false` in every family: the device is kept (names, units and ports stay
+    taken) and its points are still checked."""
+    config = load_config(write(tmp_path, EXAMPLE.replace(
+        'name = "plc-1"', 'name = "plc-1"\nenabled = false'))).bridge
+    assert [(d.name, d.enabled) for d in config.device_configs()][:2] == [
+        ("meter-1", True), ("plc-1", False)]
+    text = "\n".join(errors_of(tmp_path, """
+[[bridge.buses]]
+name = "b"
+type = "tcp"
+host = "localhost"
+
+[[bridge.devices]]
+name = "d"
+enabled = false
+bus = "b"
+unit_id = 1
+address_base = 0
+points = [ { name = "a", address = 0, sclae = 0.1 } ]
+
+[[bridge.serial]]
+name = "scale"
+enabled = false
+device = "/dev/ttyUSB2"
+pattern = 'W=(?P<weight>[0-9.]+'
+points = [ { name = "weight", field = "weight" } ]
+
+[[bridge.opcua]]
+name = "plc"
+enabled = "maybe"
+endpoint = "opc.tcp://plc:4840"
+points = [ { name = "t", node = "ns=2;s=T" } ]
+"""))
+    assert "bridge.devices.0.points.0.sclae: Extra inputs are not permitted" in text
+    assert "bridge.serial.0: Value error, pattern: missing ), unterminated subpattern" in text
+    assert "bridge.opcua.0.enabled: Input should be a valid boolean" in text

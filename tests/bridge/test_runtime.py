@@ -17,6 +17,7 @@ import pytest
 
 from bench.bridge.simulator import Simulator
 from bridge.config import BridgeConfig
+from bridge.driver import WriteError
 from bridge.modbus.bus import Counters, TransactionError
 from bridge.modbus.frames import Request, Response
 from bridge.modbus.poller import DevicePoller
@@ -338,3 +339,82 @@ def test_device_log_lines_carry_the_journal_device_field(sim: Simulator) -> None
     assert by_message["dead: offline after 3 failures (no response)"] == "dead"
     assert by_message[f"scale: {tty} open"] == "scale"
     assert [device for message, device in entries if "went away" in message] == ["scale"]
+
+
+class UnitRecorder:
+    """A TCP proxy in front of the simulator that records the unit id of every request."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.units: list[int] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+
+        async def answers() -> None:
+            while data := await up_reader.read(4096):
+                writer.write(data)
+
+        relay = asyncio.create_task(answers())
+        try:
+            while True:
+                header = await reader.readexactly(7)  # MBAP: tid, protocol, length, unit
+                body = await reader.readexactly(int.from_bytes(header[4:6], "big") - 1)
+                self.units.append(header[6])
+                up_writer.write(header + body)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            relay.cancel()
+            up_writer.close()
+            writer.close()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+def test_a_disabled_device_is_not_polled_until_a_reload_enables_it(sim: Simulator) -> None:
+    def config(port: int, b_enabled: bool) -> BridgeConfig:
+        return parse_config({"bridge": {
+            "diagnostics_interval": 0,
+            "buses": [{"name": "sim", "type": "tcp", "host": "127.0.0.1", "port": port}],
+            "devices": [{"name": name, "bus": "sim", "unit_id": unit, "address_base": 0,
+                         "poll_interval": 0.05, "enabled": enabled,
+                         "points": [{"name": "r0", "address": 0}]}
+                        for name, unit, enabled in (("a", 1, True), ("b", 2, b_enabled))]}}
+                            ).bridge
+
+    async def main() -> None:
+        recorder = UnitRecorder(sim.port)
+        port = await recorder.start()
+        h = Harness(make_config(port))
+        h.bridge = Bridge(config(port, False), h.broker)
+        await h.bridge.start()
+        assert h.last("devices/b/status") == "offline"  # a stale "online" is corrected
+        a = h.bridge.pollers["a"]
+        await until(lambda: a.cycles >= 5)
+        assert set(recorder.units) == {1} and "b" not in h.bridge.devices
+        assert [(d["name"], d.get("disabled")) for d in h.bridge.status()["devices"]] == [
+            ("a", None), ("b", True)]
+        with pytest.raises(WriteError, match="'b' is disabled"):
+            await h.bridge.write("b", "r0", 1)
+
+        h.bridge.reload(config(port, True))
+        await until(lambda: h.last("devices/b/status") == "online")
+        assert 2 in recorder.units and h.bridge.pollers["a"] is a  # a kept running
+        assert h.last("devices/b/r0")["value"] == 2000
+
+        h.bridge.reload(config(port, False))  # and off again: stopped, offline
+        await until(lambda: h.last("devices/b/status") == "offline" and "b" not in
+                    h.bridge.devices)
+        assert h.bridge.pollers["a"] is a
+        await h.bridge.stop()
+        recorder.close()
+
+    asyncio.run(main())

@@ -16,7 +16,13 @@ from gateway.broker.core.message import Message
 from outpost.config_store import ConfigStore
 from outpost.console.changes import ConfigFile, StaleFileError, field_errors
 from outpost.console.context import audit, audit_log
-from outpost.console.devices import NEW_BUS, add_device_edit, device_table, update_device_edit
+from outpost.console.devices import (
+    NEW_BUS,
+    add_device_edit,
+    device_table,
+    enabled_edit,
+    update_device_edit,
+)
 from outpost.console.live import QUEUE_SIZE, LiveValues
 from outpost.daemon import JournalHandler
 
@@ -70,6 +76,23 @@ def test_an_edit_keeps_the_comments_and_shows_its_diff(config_file: ConfigFile) 
     newest = config_file.store.history()[-1]
     assert (newest.source, newest.result, newest.reason) == ("console:alice", "applied",
                                                             "add meter-1")
+
+
+def test_disabling_writes_the_key_in_the_device_table_and_enabling_takes_it_away(
+        config_file: ConfigFile) -> None:
+    """`enabled = false` lands in the device's own table even when sub-tables follow it."""
+    text = TEXT.replace("points = [{ name = \"temperature\", address = 0, deadband = 0.5 }]\n",
+                        "\n[[bridge.devices.points]]  # the probe\nname = \"temperature\"\n"
+                        "address = 0\n")
+    config_file.path.write_text(text, encoding="utf-8")
+    proposal = config_file.propose(enabled_edit("devices", "plc", False), "disable plc", "/")
+    assert "+enabled = false" in proposal.diff
+    disabled = proposal.new_text
+    assert disabled.index("enabled = false") < disabled.index("[[bridge.devices.points]]")
+    config = config_file.check_text(disabled).bridge
+    assert config.devices[0].enabled is False and config.devices[0].points[0].name == "temperature"
+    config_file.path.write_text(disabled, encoding="utf-8")
+    assert config_file.propose(enabled_edit("devices", "plc", True), "enable", "/").new_text == text
 
 
 def test_a_wrong_value_is_reported_at_its_field(config_file: ConfigFile) -> None:

@@ -4,6 +4,7 @@ ACL editor of the broker page (a listener with an ACL file: the broker reads the
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from outpost.console.auth import Accounts
 from outpost.console.devices import NEW_BUS
 from tests.bridge.support import SocatPair
 from tests.gateway.broker.e2e.helpers import PahoClient
-from tests.outpost.console.support import HttpSession, f32
+from tests.outpost.console.support import PASSWORDS, HttpSession, f32, start_site
 from tests.outpost.support import Outpost, http_get, start_outpost
 from tests.support.mosquitto import free_port
 from tests.support.waiting import wait_for
@@ -136,3 +137,45 @@ def test_a_probe_reads_a_meter_on_a_new_serial_bus(gateway: Outpost, tmp_path: P
     finally:
         simulator.stop()
         pair.stop()
+
+
+def test_a_device_is_disabled_through_the_change_review_and_not_by_a_viewer(
+        tmp_path: Path) -> None:
+    """The button proposes `enabled = false` (diff shown), applying it writes the file with its
+    comments and the reload stops the device; a viewer sees no button and is refused."""
+    site = start_site(tmp_path)
+    try:
+        original = site.config_path.read_text()
+        viewer = HttpSession(site.outpost.url("/"))
+        assert viewer.login("viewer", PASSWORDS["viewer"]) == 200
+        status, page = viewer.request("/console/devices/plc")
+        assert status == 200 and "/enabled" not in page
+        status, _ = viewer.request("/console/devices/plc/enabled",
+                                   {"csrf": viewer.csrf(), "enabled": "false"})
+        assert status == 403 and site.config_path.read_text() == original
+
+        admin = HttpSession(site.outpost.url("/"))
+        assert admin.login("admin", PASSWORDS["admin"]) == 200
+        status, page = admin.request("/console/devices/plc/enabled",
+                                     {"csrf": admin.csrf(), "enabled": "false"})
+        assert status == 200 and "+enabled = false" in page, page[-2000:]
+        assert site.config_path.read_text() == original  # only proposed so far
+        apply = re.search(r'action="(/console/changes/[^"]+/apply)"', page)
+        assert apply is not None
+        admin.request(apply.group(1), {"csrf": admin.csrf()})
+        text = site.config_path.read_text()
+        assert "enabled = false" in text and "# The PLC: a setpoint" in text
+        assert text.startswith("# The site's gateway: this comment must survive")
+        wait_for(lambda: "disabled" in (admin.request("/console/devices")[1]), 10,
+                 message="the device list does not show the device disabled")
+        _, page = admin.request("/console/devices/plc")
+        assert 'value="true"' in page and ">enable</button>" in page
+
+        def bridge_says_disabled() -> bool:
+            devices = json.loads(http_get(site.outpost.url("/status"))[2])["devices"]["devices"]
+            return any(d["name"] == "plc" and d.get("disabled") for d in devices)
+
+        wait_for(bridge_says_disabled, 10, message="the bridge still runs the device")
+    finally:
+        site.outpost.stop()
+        site.simulator.stop()
