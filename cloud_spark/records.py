@@ -180,10 +180,14 @@ def bronze_records(
     ]
 
 
+#: built once: json.dumps with options builds a new encoder per call (the lander's hot path)
+_LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def encode_record(record: BronzeRecord) -> bytes:
     """One JSON line (UTF-8, trailing newline) with the fields in contract order."""
     ordered = {name: record.get(name) for name in c.BRONZE_FIELDS}
-    return (json.dumps(ordered, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+    return (_LINE_ENCODER.encode(ordered) + "\n").encode()
 
 
 def partition_of(ingest_ms: int) -> tuple[str, str]:

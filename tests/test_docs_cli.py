@@ -253,6 +253,13 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         "[--new-rows 10000]",
     )},
     ".venv/bin/python -m bench.fleet.run": (NotRunnable(BENCH),),
+    ".venv/bin/python -m bench.fleet.run --batched --steps backlog --backlog 400000": (
+        NotRunnable(BENCH),
+    ),
+    ".venv/bin/python -m bench.fleet.run --steps backlog": (NotRunnable(BENCH),),
+    ".venv/bin/python -m bench.fleet.run --batched --steps live --seconds 10": (
+        NotRunnable(BENCH),
+    ),
     ".venv/bin/python -m bench.cloud.tsbs_iot --rows 1000000 --out /tmp/tsbs/landing": (
         NotRunnable(BENCH),
     ),

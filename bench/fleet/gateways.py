@@ -1,13 +1,16 @@
-"""Simulated gateways: the uplink's per-message wire format over raw MQTT connections.
+"""Simulated gateways: the uplink's wire formats over raw MQTT connections.
 
 How this works: each gateway is one TCP connection speaking just enough MQTT (CONNECT,
 QoS 1 PUBLISH, PUBACK) to publish its points, with up to ``window`` unacknowledged. What a
-PUBLISH carries comes from the uplink's own code (:func:`bridge.uplink.envelope.outgoing`:
-MQTT 5 user properties, or the JSON envelope for 3.1.1), so the bytes are the uplink's;
-encoding the packets by hand keeps the publisher cheap enough not to be what limits a run.
-Every byte written to and read from a gateway's socket is counted (PUBACKs included), which
-gives the bytes on the wire per point. A point's ``received_ms`` is the time it is handed to
-the socket, so ``ingest`` minus it is the end-to-end latency.
+PUBLISH carries comes from the uplink's own code, so the bytes are the uplink's: per message
+:func:`bridge.uplink.envelope.outgoing` (MQTT 5 user properties, or the JSON envelope for
+3.1.1); batched (a :class:`BatchConfig` given) :func:`bridge.uplink.batch.plan` and
+:func:`bridge.uplink.batch.encode`, a batch published on its first row's remote topic
+without properties, as the uplink does. Encoding the packets by hand keeps the publisher
+cheap enough not to be what limits a run. Every byte written to and read from a gateway's
+socket is counted (PUBACKs included), which gives the bytes on the wire per point. A point's
+``received_ms`` is the time it is generated (batched: it then waits for its batch, at most
+``max_delay``), so ``ingest`` minus it is the end-to-end latency.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from bridge.uplink.batch import encode, plan
+from bridge.uplink.config import BatchConfig
 from bridge.uplink.envelope import outgoing
 from gateway.base.outbox import OutboxRecord
 
@@ -70,15 +75,20 @@ class GatewayStats:
     sent_bytes: int = 0
     received_bytes: int = 0
     points: int = 0
+    messages: int = 0
 
 
 class Gateway:
     """One simulated gateway connection; :meth:`publish` sends points ``first..last``."""
 
-    def __init__(self, name: str, protocol: int, window: int) -> None:
+    def __init__(
+        self, name: str, protocol: int, window: int, batching: BatchConfig | None = None
+    ) -> None:
         self.name = name
         self.protocol = protocol
         self.window = window
+        self.batching = batching
+        self.prefix = f"outpost/{name}/"
         self.epoch = str(uuid.uuid4())
         self.stats = GatewayStats()
         self._reader: asyncio.StreamReader | None = None
@@ -127,10 +137,10 @@ class Gateway:
     ) -> None:
         """Send seqs ``first..last`` (paced at ``points_per_s`` when given); returns when the
         broker has acknowledged every one."""
-        assert self._writer is not None
         started = time.monotonic()
+        batching = self.batching
+        pending: list[OutboxRecord] = []
         for seq in range(first, last + 1):
-            await self._free.acquire()
             if points_per_s:
                 due = started + (seq - first) / points_per_s
                 if (delay := due - time.monotonic()) > 0:
@@ -141,22 +151,56 @@ class Gateway:
                 seq=seq, rule="fleet", topic=local, payload=point_payload(seq, now_ms), qos=1,
                 retain=False, received_ms=now_ms,
             )  # fmt: skip
-            out = outgoing(
-                record, f"outpost/{self.name}/{local}", self.name, self.epoch,
-                protocol=self.protocol, envelope="auto", qos=1,
-            )  # fmt: skip
-            props = out.user_properties if self.protocol == 5 else None
-            packet = publish_packet(out.topic, out.payload, (seq % 65535) + 1, props)
-            self._outstanding += 1
-            self._all_acked.clear()
-            self._writer.write(packet)
-            self.stats.sent_bytes += len(packet)
-            self.stats.points += 1
-            if self._writer.transport.get_write_buffer_size() > 1 << 16:
-                await self._writer.drain()
+            if batching is None:
+                out = outgoing(
+                    record, self.prefix + local, self.name, self.epoch,
+                    protocol=self.protocol, envelope="auto", qos=1,
+                )  # fmt: skip
+                props = out.user_properties if self.protocol == 5 else None
+                await self._send(out.topic, out.payload, seq, props, 1)
+                continue
+            pending.append(record)
+            # the uplink reads max_count rows at a time; a partial batch waits max_delay
+            aged = now_ms - pending[0].received_ms >= batching.max_delay * 1000
+            if len(pending) >= batching.max_count or (points_per_s and aged):
+                await self._send_batches(pending)
+                pending = []
+        if pending:
+            await self._send_batches(pending)
+        assert self._writer is not None
         await self._writer.drain()
         if self._outstanding:
             await self._all_acked.wait()
+
+    async def _send_batches(self, records: list[OutboxRecord]) -> None:
+        assert self.batching is not None
+        for group in plan(records, self.batching.max_count, self.batching.max_bytes):
+            payload = encode(self.name, self.epoch, "", self.prefix, group,
+                             self.batching.compression)  # fmt: skip
+            props = () if self.protocol == 5 else None
+            await self._send(self.prefix + group[0].topic, payload, group[0].seq, props,
+                             len(group))  # fmt: skip
+
+    async def _send(
+        self,
+        topic: str,
+        payload: bytes,
+        seq: int,
+        props: tuple[tuple[str, str], ...] | None,
+        points: int,
+    ) -> None:
+        """One QoS 1 PUBLISH once the window has room (its mid derived from ``seq``)."""
+        assert self._writer is not None
+        await self._free.acquire()
+        packet = publish_packet(topic, payload, (seq % 65535) + 1, props)
+        self._outstanding += 1
+        self._all_acked.clear()
+        self._writer.write(packet)
+        self.stats.sent_bytes += len(packet)
+        self.stats.points += points
+        self.stats.messages += 1
+        if self._writer.transport.get_write_buffer_size() > 1 << 16:
+            await self._writer.drain()
 
     async def close(self) -> None:
         if self._acks is not None:
@@ -177,11 +221,14 @@ async def run_gateways(
     points_per_s_each: float | None = None,
     first_seq: int = 1,
     names: list[str] | None = None,
+    batching: BatchConfig | None = None,
 ) -> list[Gateway]:
-    """Connect ``count`` gateways and publish ``points_each`` points from each; returns them
-    with their byte counts once every point is acknowledged by the broker."""
+    """Connect ``count`` gateways and publish ``points_each`` points from each (in batches
+    when ``batching`` is given); returns them with their byte counts once every point is
+    acknowledged by the broker."""
     gateways = [
-        Gateway(names[i] if names else f"gw-{i:05d}", protocol, window) for i in range(count)
+        Gateway(names[i] if names else f"gw-{i:05d}", protocol, window, batching)
+        for i in range(count)
     ]
     await asyncio.gather(*(gw.connect(host, port) for gw in gateways))
     last = first_seq + points_each - 1

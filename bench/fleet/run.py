@@ -2,6 +2,8 @@
 
     .venv/bin/python -m bench.fleet.run [--gateways 100] [--backlog 40000] [--landers 2]
         [--rate 1000] [--seconds 15] [--roll-seconds 1] [--no-silver] [--json FILE]
+        [--batched [--batch-count 1000] [--batch-bytes 65536] [--batch-delay 1.0]
+                   [--compression zstd]]
 
 How this works, in one run on one machine:
 
@@ -25,8 +27,13 @@ How this works, in one run on one machine:
 3. **Silver.** ``silver`` and ``quality`` on the live run's landing (local Spark): rows,
    duplicates removed, and the missing seqs over every gateway epoch (0: nothing lost).
 
-Batched uplink messages are not measured here yet: this branch's lander lands the uplink's
-per-message format only.
+``--batched``: the gateways publish the uplink's batched format instead (its own
+``plan`` and ``encode``, the uplink's ``batch`` defaults unless given; same gateway ids,
+epochs and consecutive seqs, so ``quality`` still proves nothing is missing). Rates are
+then in points (rows): a lander counts the rows of its committed files; the plain
+subscriber counts messages, reported as messages/s and as the points/s they carry.
+``lander_vs_plain`` compares the two on the same backlog (the ratio of drain times, so the
+same in points and in messages).
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from bench.compare import free_port
 from bench.fleet.gateways import Gateway, run_gateways
 from bench.procstat import cpu_seconds
 from bench.uplink.drain import wait_port
+from bridge.uplink.config import BatchConfig
 from cloud_spark.cli import job_params, run_job
 from cloud_spark.spark import get_spark
 from cloud_spark.tables import read_table
@@ -183,10 +191,13 @@ def backlog_drain(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         each = max(1, n // args.gateways)
         n = each * args.gateways
         started = time.monotonic()
-        gateways = asyncio.run(run_gateways("127.0.0.1", port, args.gateways, each))
+        gateways = asyncio.run(
+            run_gateways("127.0.0.1", port, args.gateways, each, batching=args.batching)
+        )
         published_s = time.monotonic() - started
+        messages = sum(g.stats.messages for g in gateways)
 
-        sub = plain(port, "--client-id", "plain", "--count", str(n))
+        sub = plain(port, "--client-id", "plain", "--count", str(messages))
         t0 = sub.wait_line("connected")
         t1 = sub.wait_line("done", timeout=600)
         plain_rate = n / (t1 - t0)
@@ -211,14 +222,19 @@ def backlog_drain(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         broker.stop()
     return {
         "backlog_points": n,
+        "backlog_messages": messages,
         "gateways": args.gateways,
         "publish_points_per_s": round(n / published_s),
         "bytes_per_point_mqtt5": round(_per_point(gateways), 1),
-        "plain_per_s": round(plain_rate),
-        "lander_per_s": round(solo_rate),
+        "plain_messages_per_s": round(plain_rate * messages / n),
+        "plain_points_per_s": round(plain_rate),
+        "lander_points_per_s": round(solo_rate),
         "lander_vs_plain": round(solo_rate / plain_rate, 3),
-        "two_landers_per_s": round(pair_rate),
+        "lander_vs_plain_is": "lander points/s / plain subscriber points/s, same backlog "
+        "(= plain drain time / lander drain time)",
+        "two_landers_points_per_s": round(pair_rate),
         "two_vs_one": round(pair_rate / solo_rate, 3),
+        "two_vs_one_is": "two landers' points/s / one lander's points/s, same backlog",
         "lander_cpu_s_per_10k": round(cpu / n * 10_000, 3),
         "lander_peak_rss_mib": round(rss, 1),
         "lander_most_held": solo.grep(MOST_HELD),
@@ -253,12 +269,13 @@ def live_fleet(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         started = time.monotonic()
         v5 = asyncio.run(
             run_gateways("127.0.0.1", broker.port, args.gateways, each,
-                         points_per_s_each=args.rate / args.gateways)
+                         points_per_s_each=args.rate / args.gateways, batching=args.batching)
         )  # fmt: skip
         names = [f"gw311-{i:05d}" for i in range(max(1, args.gateways // 10))]
         v311 = asyncio.run(
-            run_gateways("127.0.0.1", broker.port, len(names), each, protocol=4, names=names)
-        )
+            run_gateways("127.0.0.1", broker.port, len(names), each, protocol=4, names=names,
+                         batching=args.batching)
+        )  # fmt: skip
         total = each * (len(v5) + len(v311))
         done = wait_landed(landers, total, timeout=300)
         for proc in landers:
@@ -314,10 +331,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-silver", action="store_true", help="skip silver + quality")
     parser.add_argument("--steps", default="backlog,live", help="CSV of backlog,live")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    defaults = BatchConfig()
+    parser.add_argument("--batched", action="store_true", help="the uplink's batched format")
+    parser.add_argument(
+        "--batch-count",
+        type=int,
+        default=defaults.max_count,
+        help="rows per batch at most (batch.max_count)",
+    )
+    parser.add_argument(
+        "--batch-bytes",
+        type=int,
+        default=defaults.max_bytes,
+        help="body bytes per batch, about (batch.max_bytes)",
+    )
+    parser.add_argument(
+        "--batch-delay",
+        type=float,
+        default=defaults.max_delay,
+        help="seconds a live row waits at most for its batch (batch.max_delay)",
+    )
+    parser.add_argument("--compression", choices=("zstd", "zlib", "none"),
+                        default=defaults.compression, help="batch.compression")  # fmt: skip
     args = parser.parse_args(argv)
+    args.batching = None
+    result: dict[str, Any] = {"mode": "unbatched"}
+    if args.batched:
+        args.batching = BatchConfig(
+            max_count=args.batch_count, max_bytes=args.batch_bytes,
+            max_delay=args.batch_delay, compression=args.compression,
+        )  # fmt: skip
+        result = {"mode": "batched", "batch": args.batching.model_dump()}
+    print(json.dumps(result), flush=True)
     work = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
     steps = set(args.steps.split(","))
-    result: dict[str, Any] = {"mode": "unbatched"}
     try:
         if "backlog" in steps:
             result["backlog"] = backlog_drain(work, args)
