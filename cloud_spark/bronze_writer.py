@@ -95,13 +95,13 @@ class Sealed(Generic[T]):
     compresslevel: int
     lines: list[bytes] = field(default_factory=list)
     tokens: list[T] = field(default_factory=list)
+    size: int = 0  # bytes of the lines
 
 
 @dataclass
 class _OpenFile(Sealed[T]):
     hour: int = 0  # ingest ms // HOUR_MS of every record in the file
     opened_at: float = 0.0
-    bytes: int = 0
 
 
 def finish(sealed: Sealed[T]) -> Committed[T]:
@@ -144,6 +144,11 @@ class BronzeWriter(Generic[T]):
         """Messages (tokens) appended to the open file and not yet committed."""
         return len(self._open.tokens) if self._open else 0
 
+    @property
+    def open_bytes(self) -> int:
+        """Bytes of the records in the open file."""
+        return self._open.size if self._open else 0
+
     def remove_stale_temp_files(self) -> int:
         """Delete temp files left by a killed earlier run of this lander; return how many."""
         if not self.bronze.exists():
@@ -174,7 +179,7 @@ class BronzeWriter(Generic[T]):
         if self._open is None:
             self._open = self._start(partition_dir(ingest_ms), ingest_ms)
         self._open.lines.extend(lines)
-        self._open.bytes += sum(map(len, lines))
+        self._open.size += sum(map(len, lines))
         self._open.tokens.append(token)
         return sealed
 
@@ -182,7 +187,7 @@ class BronzeWriter(Generic[T]):
         """True when the open file reached its size or age limit."""
         if self._open is None:
             return False
-        if self._open.bytes >= self.roll_bytes:
+        if self._open.size >= self.roll_bytes:
             return True
         return self.clock() - self._open.opened_at >= self.roll_seconds
 
@@ -192,7 +197,7 @@ class BronzeWriter(Generic[T]):
         if open_file is None:
             return None
         return Sealed(open_file.temp_path, open_file.final_path, open_file.compresslevel,
-                      open_file.lines, open_file.tokens)  # fmt: skip
+                      open_file.lines, open_file.tokens, open_file.size)  # fmt: skip
 
     def commit(self) -> Committed[T] | None:
         """Seal and finish the open file on this thread; None if none is open."""

@@ -95,6 +95,11 @@ def _add_land(sub: Any) -> None:
         "acknowledged (default: four times --receive-maximum)",
     )  # fmt: skip
     p.add_argument(
+        "--max-held-bytes", type=_positive_int, default=64 * 1024 * 1024, metavar="BYTES",
+        help="... or while their bronze records take this many bytes (a batched message "
+        "carries many rows)",
+    )  # fmt: skip
+    p.add_argument(
         "--leave", action="store_true",
         help="leave the share group for good: land what the session holds, unsubscribe, "
         "end the session, exit",
@@ -322,6 +327,7 @@ def _land(args: argparse.Namespace) -> int:
         receive_maximum=args.receive_maximum,
         max_batch_body=args.max_batch_bytes,
         max_held=args.max_held,
+        max_held_bytes=args.max_held_bytes,
         leave=args.leave,
         session_expiry_s=args.session_expiry,
         keepalive_s=args.keepalive,

@@ -21,7 +21,8 @@ How this works:
   plus the sealed ones) are *held*. At ``max_held`` the lander stops reading the socket
   (:meth:`Link.pause_reading`) until a commit makes room; TCP flow control then stops the
   broker, whatever it does with Receive Maximum (mosquitto 2.0 honours it for the first
-  window only). :attr:`Lander.most_held` is the most it ever held.
+  window only). :attr:`Lander.most_held` is the most it ever held. The bronze bytes held are
+  bounded too (``max_held_bytes``): a batched message carries up to thousands of rows.
 * The broker stops sending once ``receive_maximum`` messages are unacknowledged, so the
   lander also seals when that many are pending. Some brokers cap what they send below that,
   at their own in-flight limit, and announce the cap only as the Receive Maximum of their
@@ -99,6 +100,7 @@ class LanderConfig:
     max_batch_body: int = MAX_BODY
     #: most messages received and not yet acked; None: four times ``receive_maximum``
     max_held: int | None = None
+    max_held_bytes: int = 64 * 1024 * 1024
     session_expiry_s: int = 7 * 24 * 3600
     keepalive_s: int = 30
     username: str | None = None
@@ -172,6 +174,9 @@ class Lander:
         self._window = cfg.receive_maximum
         self._received = 0
         self._held_sealed = 0  # messages in sealed files not finished yet
+        self._held_sealed_bytes = 0  # and their bronze bytes
+        #: the most bronze bytes held at any moment
+        self.most_held_bytes = 0
         self._committing: asyncio.Future[None] | None = None  # the last file being finished
         self._failure: BaseException | None = None
         self._stall_check: asyncio.TimerHandle | None = None
@@ -182,6 +187,14 @@ class Lander:
     def held(self) -> int:
         """Messages received and not acknowledged yet (open and sealed files)."""
         return self.writer.pending + self._held_sealed
+
+    @property
+    def held_bytes(self) -> int:
+        """Bronze bytes of the messages held (open and sealed files)."""
+        return self.writer.open_bytes + self._held_sealed_bytes
+
+    def _full(self) -> bool:
+        return self.held >= self.cfg.held_limit or self.held_bytes >= self.cfg.max_held_bytes
 
     async def run(self) -> int:
         """Land until :attr:`stop` is set (or, with ``leave``, until the session is ended);
@@ -210,9 +223,10 @@ class Lander:
         if self._failure is not None:
             raise self._failure
         log.info(
-            "stopped after landing %d messages (most held at once: %d)",
+            "stopped after landing %d messages (most held at once: %d, %d bytes)",
             self.landed,
             self.most_held,
+            self.most_held_bytes,
         )
         return 0
 
@@ -308,13 +322,14 @@ class Lander:
         self._received += 1
         if self._debug:
             log.debug("received %s (%d pending)", message.topic, writer.pending)
-        if writer.pending >= self.cfg.receive_maximum or writer.due():
+        if (writer.pending >= self.cfg.receive_maximum or writer.due()
+                or self.held_bytes >= self.cfg.max_held_bytes):  # commit to make room
             self._seal()
         elif writer.pending >= self._window:
             self._watch_for_stall()
-        held = self.held
-        self.most_held = max(self.most_held, held)
-        if held >= self.cfg.held_limit and self._link is not None:
+        self.most_held = max(self.most_held, self.held)
+        self.most_held_bytes = max(self.most_held_bytes, self.held_bytes)
+        if self._full() and self._link is not None:
             self._link.pause_reading()
 
     def _quarantine(self, message: Publish, ingest_ms: int, error: BatchError,
@@ -356,7 +371,7 @@ class Lander:
     def _update_reading(self) -> None:
         link = self._link
         if link is not None:
-            if self.held >= self.cfg.held_limit:
+            if self._full():
                 link.pause_reading()
             else:
                 link.resume_reading()
@@ -369,6 +384,7 @@ class Lander:
     def _finish(self, sealed: Sealed[Token]) -> None:
         """Commit ``sealed`` on a worker thread after every file sealed before it."""
         self._held_sealed += len(sealed.tokens)
+        self._held_sealed_bytes += sealed.size
         self._committing = asyncio.ensure_future(self._finish_after(self._committing, sealed))
 
     async def _finish_after(
@@ -388,6 +404,7 @@ class Lander:
                 self._acknowledge(committed, time.monotonic() - started)
         finally:
             self._held_sealed -= len(sealed.tokens)
+            self._held_sealed_bytes -= sealed.size
         self._update_reading()
 
     async def _flush(self) -> None:

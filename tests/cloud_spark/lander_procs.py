@@ -167,7 +167,16 @@ def wait_for_ids(
 
 def most_held(lander: Lander) -> int:
     """What a stopped lander reported as the most messages it held at once."""
+    return _most_held(lander)[0]
+
+
+def most_held_bytes(lander: Lander) -> int:
+    """What a stopped lander reported as the most bronze bytes it held at once."""
+    return _most_held(lander)[1]
+
+
+def _most_held(lander: Lander) -> tuple[int, int]:
     for line in lander.lines:
-        if found := re.search(r"most held at once: (\d+)", line):
-            return int(found.group(1))
+        if found := re.search(r"most held at once: (\d+), (\d+) bytes", line):
+            return int(found.group(1)), int(found.group(2))
     raise AssertionError(f"no 'most held' line:\n{''.join(lander.lines)}")

@@ -26,6 +26,7 @@ from tests.cloud_spark.lander_procs import (
     bronze_ids,
     landers,
     most_held,
+    most_held_bytes,
     wait_for_ids,
 )
 from tests.support.mosquitto import Mosquitto, free_port
@@ -52,6 +53,32 @@ def test_a_backlog_is_drained_holding_at_most_max_held_messages(
     assert again.terminate() == 0
     assert sorted(set(bronze_ids(root))) == [("gw-v5", seq) for seq in range(1, n + 1)]
     assert 50 <= most_held(again) <= 100
+
+
+def test_a_backlog_is_drained_holding_at_most_max_held_bytes(
+    mosquitto: Mosquitto, tmp_path: Path, landers: list[Lander]
+) -> None:
+    # A batched message carries many rows: the bytes held are bounded, not only the count.
+    root = tmp_path / "landing"
+    limit = 20_000  # about 60 records of this uplink: far below --max-held
+    flags = ("--receive-maximum", "1000", "--max-held", "4000", "--max-held-bytes", str(limit),
+             "--roll-seconds", "60")
+    first = Lander(mosquitto, root, "lander-bytes", *flags)  # creates the session
+    landers.append(first)
+    assert first.terminate() == 0
+    uplink = Uplink(mosquitto, v5=True)
+    n = 2000
+    uplink.send_all(list(range(1, n + 1)))
+    uplink.close()
+    again = Lander(mosquitto, root, "lander-bytes", *flags)
+    landers.append(again)
+    wait_for_ids(root, {("gw-v5", seq) for seq in range(1, n + 1)}, timeout=120)
+    assert again.terminate() == 0
+    assert sorted(set(bronze_ids(root))) == [("gw-v5", seq) for seq in range(1, n + 1)]
+    record = most_held_bytes(again) / max(1, most_held(again))
+    # the limit, plus what one packet's worth of records read before the pause may add
+    assert limit <= most_held_bytes(again) <= limit + 64 * record
+    assert most_held(again) < 1000
 
 
 def session_present(mosquitto: Mosquitto, client_id: str) -> bool:
