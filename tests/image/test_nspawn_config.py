@@ -10,7 +10,6 @@ import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
