@@ -95,7 +95,7 @@ def test_the_console_rewrites_the_configuration_on_the_image(container: Containe
     history = "/var/lib/outpost/config-history"
     versions = json.loads(container.run("cat", f"{history}/history.json").stdout)
     assert [v["source"] for v in versions["versions"]][-1] == "console:admin", versions
-    kept = [container.run("cat", f"{history}/{v['number']}.toml").stdout
+    kept = [container.run("cat", f"{history}/{v['number']:06d}.toml").stdout
             for v in versions["versions"]]
     assert before in kept  # the previous version is in the history
     # Written by the service: group outpost, nothing for others; still a symlink in /etc.
