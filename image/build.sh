@@ -265,7 +265,9 @@ stage() {
   rm -rf "${root}/etc/systemd/network" && ln -sfn "${etc}/network" "${root}/etc/systemd/network"
   install -d -m 0750 -o 0 -g "${gid}" "${root}/etc/outpost"
   ln -sfn "${etc}/outpost/outpost.toml" "${root}/etc/outpost/outpost.toml"
-  chgrp "${gid}" "${root}${etc}/outpost" && chmod 0750 "${root}${etc}/outpost"
+  # Group-writable (and set-group-id: what is made there stays group outpost) so that the
+  # service can rewrite outpost.toml and the files beside it (the unit's image.conf drop-in).
+  chgrp "${gid}" "${root}${etc}/outpost" && chmod 2770 "${root}${etc}/outpost"
   install -m 0640 -g "${gid}" "${root}/usr/share/outpost/outpost.toml" \
     "${root}${etc}/outpost/outpost.toml"
   if [ "${ARCH}" = arm64 ]; then
