@@ -1,8 +1,9 @@
 """The web console in a real browser (Debian's chromium through chromedriver and selenium),
 against a real `outpost run` polling a pymodbus simulator, with a paho subscriber watching what
-reaches MQTT. One gateway and one browser for the whole module: the tests run in file order,
-each building on what the previous one left (a technician's session, step by step), and the
-refusals are checked with plain HTTP requests."""
+reaches MQTT. One gateway and one browser: one test walks through the steps in order, each
+building on what the previous one left (a technician's session, step by step: one test, so that
+no test runner can hand the steps to different workers), and the refusals are checked with
+plain HTTP requests."""
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def review_and_apply(driver: Any, diff_has: str) -> None:
     text_of(driver, "#notice", "applied")
 
 
-def test_log_in(site: Site, browser: Any) -> None:
+def step_log_in(site: Site, browser: Any) -> None:
     browser.get(site.console + "devices")
     assert "/console/login" in browser.current_url  # nothing before a login
     fill(browser, {"username": "admin", "password": "wrong"})
@@ -113,7 +114,7 @@ def test_log_in(site: Site, browser: Any) -> None:
     text_of(browser, "header", "admin")
 
 
-def test_the_overview_is_live(site: Site, browser: Any) -> None:
+def step_the_overview_is_live(site: Site, browser: Any) -> None:
     browser.get(site.console)
     text_of(browser, "main", "plc")
     # the sparklines are drawn from the board's history, refreshed by the page itself
@@ -122,7 +123,7 @@ def test_the_overview_is_live(site: Site, browser: Any) -> None:
              message="no history drawn")
 
 
-def test_add_an_sdm630_from_its_profile_probe_and_apply(site: Site, browser: Any,
+def step_add_an_sdm630_from_its_profile_probe_and_apply(site: Site, browser: Any,
                                                         mqtt: Watcher) -> None:
     browser.get(site.console + "devices/new")
     fill(browser, {"name": "meter-1", "map": "eastron-sdm630", "bus": "line", "unit_id": "1",
@@ -144,7 +145,7 @@ def test_add_an_sdm630_from_its_profile_probe_and_apply(site: Site, browser: Any
     assert "console: admin change: add device meter-1" in site.outpost.log()
 
 
-def test_add_a_serial_line_device(site: Site, browser: Any, mqtt: Watcher) -> None:
+def step_add_a_serial_line_device(site: Site, browser: Any, mqtt: Watcher) -> None:
     pair = SocatPair(site.workdir, "sensor").start()
     try:
         browser.get(site.console + "devices")
@@ -167,7 +168,7 @@ def test_add_a_serial_line_device(site: Site, browser: Any, mqtt: Watcher) -> No
         pair.stop()
 
 
-def test_live_values_are_pushed_to_the_device_page(site: Site, browser: Any) -> None:
+def step_live_values_are_pushed_to_the_device_page(site: Site, browser: Any) -> None:
     browser.get(site.console + "devices/meter-1")
     text_of(browser, '[data-live="meter-1/voltage_l1"]', "230.1")
     site.simulator.set_registers(1, "input", 0, f32(233.7))
@@ -176,7 +177,7 @@ def test_live_values_are_pushed_to_the_device_page(site: Site, browser: Any) -> 
     text_of(browser, '[data-live-status="meter-1"]', "online")
 
 
-def test_a_wrong_value_shows_at_its_field_and_changes_nothing(site: Site, browser: Any) -> None:
+def step_a_wrong_value_shows_at_its_field_and_changes_nothing(site: Site, browser: Any) -> None:
     before = site.config_path.read_text()
     browser.get(site.console + "devices/plc")
     fill(browser, {"deadband.temperature": "-1"})
@@ -186,7 +187,7 @@ def test_a_wrong_value_shows_at_its_field_and_changes_nothing(site: Site, browse
     assert site.config_path.read_text() == before
 
 
-def test_change_a_deadband(site: Site, browser: Any) -> None:
+def step_change_a_deadband(site: Site, browser: Any) -> None:
     browser.get(site.console + "devices/plc")
     fill(browser, {"deadband.temperature": "2.5"})
     click(browser, "#save")
@@ -195,7 +196,7 @@ def test_change_a_deadband(site: Site, browser: Any) -> None:
     wait_for(lambda: "reload: done" in site.outpost.log(), 10, message="no reload")
 
 
-def test_write_a_writable_point(site: Site, browser: Any) -> None:
+def step_write_a_writable_point(site: Site, browser: Any) -> None:
     browser.get(site.console + "devices/plc")
     by_css(browser, '[name="value"][form="write-setpoint"]').send_keys("42")
     click(browser, "#write-setpoint-button")
@@ -204,7 +205,7 @@ def test_write_a_writable_point(site: Site, browser: Any) -> None:
     assert "console: admin write: plc/setpoint = 42" in site.outpost.log()
 
 
-def test_add_a_forward_rule(site: Site, browser: Any) -> None:
+def step_add_a_forward_rule(site: Site, browser: Any) -> None:
     browser.get(site.console + "uplink")
     fill(browser, {"filter": "devices/meter-1/#", "qos": "1"})
     click(browser, "#add-forward")
@@ -217,7 +218,7 @@ def test_add_a_forward_rule(site: Site, browser: Any) -> None:
     assert rules[1] == {"filter": "devices/meter-1/#", "remote": "cloud", "qos": 0}
 
 
-def test_add_a_user(site: Site, browser: Any) -> None:
+def step_add_a_user(site: Site, browser: Any) -> None:
     browser.get(site.console + "broker")
     fill(browser, {"file": "0", "username": "tech", "password": "tech-secret",
                    "role": "viewer"})
@@ -227,7 +228,7 @@ def test_add_a_user(site: Site, browser: Any) -> None:
     assert HttpSession(site.outpost.url("/")).login("tech", "tech-secret") == 200
 
 
-def test_refusals_without_session_csrf_or_role(site: Site) -> None:
+def step_refusals_without_session_csrf_or_role(site: Site) -> None:
     before = site.config_path.read_text()
     form = {"filter": "devices/#", "remote": "cloud", "qos": "1"}
     anonymous = HttpSession(site.outpost.url("/"))
@@ -252,7 +253,7 @@ def test_refusals_without_session_csrf_or_role(site: Site) -> None:
     assert anonymous.request("/console/static/console.css")[0] == 200
 
 
-def test_a_hand_edit_made_meanwhile_is_not_overwritten(site: Site, browser: Any) -> None:
+def step_a_hand_edit_made_meanwhile_is_not_overwritten(site: Site, browser: Any) -> None:
     browser.get(site.console + "devices/plc")
     fill(browser, {"poll_interval": "0.4"})
     click(browser, "#save")
@@ -266,7 +267,7 @@ def test_a_hand_edit_made_meanwhile_is_not_overwritten(site: Site, browser: Any)
     assert "poll_interval = 0.4" not in edited
 
 
-def test_history_lists_the_versions_and_rolls_back(site: Site, browser: Any,
+def step_history_lists_the_versions_and_rolls_back(site: Site, browser: Any,
                                                    mqtt: Watcher) -> None:
     browser.get(site.console + "history")
     text = text_of(browser, "#versions", "console:admin")
@@ -275,3 +276,21 @@ def test_history_lists_the_versions_and_rolls_back(site: Site, browser: Any,
     review_and_apply(browser, '-name = "meter-1"')
     assert "meter-1" not in site.config_path.read_text()
     assert mqtt.wait("devices/meter-1/status", lambda s: s == "offline") == "offline"
+
+
+@pytest.mark.timeout(600)  # thirteen steps, each waiting for what the browser shows
+def test_a_technician_sets_the_site_up_in_the_browser(site: Site, browser: Any,
+                                                       mqtt: Watcher) -> None:
+    step_log_in(site, browser)
+    step_the_overview_is_live(site, browser)
+    step_add_an_sdm630_from_its_profile_probe_and_apply(site, browser, mqtt)
+    step_add_a_serial_line_device(site, browser, mqtt)
+    step_live_values_are_pushed_to_the_device_page(site, browser)
+    step_a_wrong_value_shows_at_its_field_and_changes_nothing(site, browser)
+    step_change_a_deadband(site, browser)
+    step_write_a_writable_point(site, browser)
+    step_add_a_forward_rule(site, browser)
+    step_add_a_user(site, browser)
+    step_refusals_without_session_csrf_or_role(site)
+    step_a_hand_edit_made_meanwhile_is_not_overwritten(site, browser)
+    step_history_lists_the_versions_and_rolls_back(site, browser, mqtt)
