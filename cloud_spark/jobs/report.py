@@ -174,5 +174,6 @@ def run(spark: SparkSession, root: str, out: str, params: ReportParams) -> dict[
         print(render_fleet(fleet))
     path = Path(params.json_path or tables.join_path(out, "report.json"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
-    return report
+    text = json.dumps(report, indent=2, sort_keys=True, default=str) + "\n"
+    path.write_text(text)
+    return dict(json.loads(text))  # the object as written: the fleet's times as strings

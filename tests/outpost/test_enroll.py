@@ -131,12 +131,12 @@ def test_a_csr_for_another_gateways_id_is_refused(cloud: FleetCloud, tmp_path: P
                        "gateway 'plant-2'"):
         exchange(host, int(port), context, "x", "outpost-enroll/request/plant-2",
                  "outpost-enroll/reply/plant-2", {"gateway_id": "plant-2", "csr": csr,
-                                                  "token": "t", "nonce": "n1"}, 10, print)
+                                                  "token": "t", "nonce": "n1"}, 60, print)
     with pytest.raises(EnrollmentRefusedError, match="the request is for gateway 'plant-3' "
                        "but came on the topic of 'plant-2'"):
         exchange(host, int(port), context, "x", "outpost-enroll/request/plant-2",
                  "outpost-enroll/reply/plant-2", {"gateway_id": "plant-3", "csr": csr,
-                                                  "token": "t", "nonce": "n2"}, 10, print)
+                                                  "token": "t", "nonce": "n2"}, 60, print)
     assert cloud.registry.data["devices"] == {}
 
 
