@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,12 @@ def render(
     return "\n".join([*lines, verdict])
 
 
+def _utc(ms: int) -> str:
+    # From the milliseconds, not `last_seen_ts`: the rows may come from report.json, whose
+    # timestamps are strings.
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def render_fleet(rows: list[dict[str, Any]]) -> str:
     """The report's fleet section: one line per gateway (gold/fleet)."""
     lines = [f"fleet              {len(rows):>12,} gateway(s)"]
@@ -153,8 +160,8 @@ def render_fleet(rows: list[dict[str, Any]]) -> str:
             f"{r.get('image_version') or '-'} slot {r.get('slot') or '-'}, {config}, cert "
             f"until {r.get('cert_not_after') or '-'} ({r.get('cert_state') or '-'}), backlog "
             f"{r['backlog_messages'] if r.get('backlog_messages') is not None else '-'}, "
-            f"last seen {r['last_seen_ts']:%Y-%m-%dT%H:%M:%SZ}"
-            if r.get("last_seen_ts") else f"  {r['gateway']}")
+            f"last seen {_utc(r['last_seen_ms'])}"
+            if r.get("last_seen_ms") is not None else f"  {r['gateway']}")
     return "\n".join(lines)
 
 
