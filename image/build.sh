@@ -288,7 +288,8 @@ PARTUUID=${disk_id}-01  /boot/firmware  vfat   ro,noatime,umask=0077,nofail  0 2
 tmpfs                   /tmp            tmpfs  nosuid,nodev,mode=1777,size=25%      0 0
 EOF
 
-  local units=(outpost.service outpost-firstboot.service outpost-boot-report.service
+  local units=(outpost.service outpost-firstboot.service outpost-enroll.service
+               outpost-boot-report.service
                outpost-health.service outpost-update.path
                systemd-networkd.service systemd-resolved.service systemd-timesyncd.service
                ssh.service)

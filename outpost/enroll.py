@@ -177,16 +177,18 @@ def enroll(provisioning: Provisioning, state_dir: Path, config_out: Path | None,
     atomic_write(identity.certificate, pem, 0o644)
     atomic_write(identity.ca, ca_pem, 0o644)
     seconds = time.monotonic() - started
+    say(f"enrollment: enrolled as {gateway_id} (certificate until "
+        f"{cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}, {attempts} attempt(s), "
+        f"{seconds:.1f} s)")
+    _write_config(provisioning, identity, gateway_id, config_out, say)
+    # Last: its presence says everything above is in place (the image's enrollment unit does
+    # not run again once it exists).
     atomic_write(state_dir / ENROLLED_FILE, (json.dumps({
         "gateway_id": gateway_id, "enrolled": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                             time.gmtime()),
         "serial": f"{cert.serial_number:x}",
         "not_after": f"{cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}",
         "attempts": attempts, "seconds": round(seconds, 3)}, sort_keys=True) + "\n").encode())
-    say(f"enrollment: enrolled as {gateway_id} (certificate until "
-        f"{cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}, {attempts} attempt(s), "
-        f"{seconds:.1f} s)")
-    _write_config(provisioning, identity, gateway_id, config_out, say)
     return Enrolled(gateway_id, identity.certificate, identity.key, identity.ca, attempts,
                     seconds)
 
@@ -199,11 +201,14 @@ def _write_config(provisioning: Provisioning, identity: Identity, gateway_id: st
     for name, value in (("gateway_id", gateway_id), ("cert_file", str(identity.certificate)),
                         ("key_file", str(identity.key)), ("ca_file", str(identity.ca))):
         text = text.replace("{" + name + "}", value)
-    if config_out.exists() and config_out.read_text(encoding="utf-8") == text:
+    # The file a symlink names, rewritten where it is (the image's /etc/outpost/outpost.toml
+    # links into the data partition; /etc itself is read-only).
+    target = config_out.resolve()
+    if target.exists() and target.read_text(encoding="utf-8") == text:
         return
-    if config_out.exists():  # never lose a configuration: the old one stays beside it
-        shutil.copy2(config_out, config_out.with_name(config_out.name + ".before-enroll"))
-    atomic_write(config_out, text.encode("utf-8"), 0o640)
+    if target.exists():  # never lose a configuration: the old one stays beside it
+        shutil.copy2(target, target.with_name(target.name + ".before-enroll"))
+    atomic_write(target, text.encode("utf-8"), 0o640)
     say(f"enrollment: wrote {config_out} for {gateway_id}")
 
 

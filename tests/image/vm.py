@@ -365,16 +365,17 @@ class Qemu:
             self.process.wait(10)
 
 
-def prepare_disk(image: Path, work: Path, config: str, grow_mib: int) -> Path:
+def prepare_disk(image: Path, work: Path, config: str | None, grow_mib: int) -> Path:
     """A copy of `image` in `work` (disk.img), `grow_mib` larger (the data partition grows into
-    it), with `config` as outpost.toml and a new SSH key (`work`/key) as root's authorized_keys
-    on its boot partition, both imported on the first boot. Returns the disk."""
+    it), with `config` (unless None) as outpost.toml and a new SSH key (`work`/key) as root's
+    authorized_keys on its boot partition, both imported on the first boot. Returns the disk."""
     disk = work / "disk.img"
     subprocess.run(["cp", "--sparse=always", str(image), str(disk)], check=True)
     with disk.open("r+b") as handle:
         handle.truncate(disk.stat().st_size + (grow_mib << 20))
-    (work / "outpost.toml").write_text(config)
-    fat_put(disk, work / "outpost.toml", "outpost.toml")
+    if config is not None:
+        (work / "outpost.toml").write_text(config)
+        fat_put(disk, work / "outpost.toml", "outpost.toml")
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / "key")],
                    check=True)
     fat_put(disk, work / "key.pub", "authorized_keys")

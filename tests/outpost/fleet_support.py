@@ -91,10 +91,12 @@ def mosquitto_tls(workdir: Path, pki: PKI, port: int | None = None) -> Mosquitto
 
 
 @contextlib.contextmanager
-def fleet_cloud(workdir: Path, lifetime: float = 24 * 3600.0,
-                service: bool = True) -> Iterator[FleetCloud]:
-    """The whole cloud side, stopped at the end."""
-    pki = make_pki(workdir / "pki", clients=("batch-1", "enroll-service", "deploy"))
+def fleet_cloud(workdir: Path, lifetime: float = 24 * 3600.0, service: bool = True,
+                server_ips: tuple[str, ...] = ()) -> Iterator[FleetCloud]:
+    """The whole cloud side, stopped at the end (`server_ips`: more addresses the broker's
+    certificate is for)."""
+    pki = make_pki(workdir / "pki", clients=("batch-1", "enroll-service", "deploy"),
+                   server_ips=server_ips)
     broker = mosquitto_tls(workdir / "broker", pki)
     broker.start()
     cloud = FleetCloud(broker, pki, Registry(workdir / "registry.json"),

@@ -59,10 +59,19 @@ def test_a_card_enrolls_then_connects_with_its_own_certificate(cloud: FleetCloud
     cloud.add_token("batch-token", uses=5, allow=["plant-*"])
     path = provisioning(cloud, tmp_path / "boot", "batch-token", gateway_id="plant-1",
                         template=gateway_template(cloud))
+    # As in the image: the configuration path is a symlink into a writable folder, and a
+    # first-boot configuration is already there.
     state, config = tmp_path / "state", tmp_path / "etc" / "outpost.toml"
+    writable = tmp_path / "data" / "outpost.toml"
+    writable.parent.mkdir()
+    writable.write_text('gateway_id = "unprovisioned"\n')
     config.parent.mkdir()
+    config.symlink_to(writable)
     done = outpost_enroll(path, state, config)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert config.is_symlink() and 'gateway_id = "plant-1"' in writable.read_text()
+    assert (writable.parent / "outpost.toml.before-enroll").read_text() == (
+        'gateway_id = "unprovisioned"\n')
     assert "enrollment: enrolled as plant-1 (certificate until " in done.stdout
     identity = Identity(state / "identity")
     assert identity.key.stat().st_mode & 0o777 == 0o600

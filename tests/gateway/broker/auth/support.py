@@ -79,13 +79,17 @@ def _make_ca(name: str, cn: str, cwd: Path) -> None:
              "-subj", f"/CN={cn}", cwd=cwd)
 
 
-def make_pki(directory: Path, clients: tuple[str, ...] = ("alice", "bob")) -> PKI:
-    """A CA, a server certificate and client certificates (plus `mallory` from another CA)."""
+def make_pki(directory: Path, clients: tuple[str, ...] = ("alice", "bob"),
+             server_ips: tuple[str, ...] = ()) -> PKI:
+    """A CA, a server certificate and client certificates (plus `mallory` from another CA).
+
+    The server's certificate is for localhost and 127.0.0.1, and `server_ips` (a VM's view
+    of the host)."""
     directory.mkdir(parents=True, exist_ok=True)
     _make_ca("ca", "outpost test CA", directory)
     _key_and_csr("server", "localhost", directory)
-    _sign("server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
-          "extendedKeyUsage=serverAuth\n", directory)
+    names = ",".join(["DNS:localhost", "IP:127.0.0.1", *(f"IP:{ip}" for ip in server_ips)])
+    _sign("server", "ca", f"subjectAltName={names}\nextendedKeyUsage=serverAuth\n", directory)
     pki = PKI(directory, directory / "ca.crt", directory / "server.crt", directory / "server.key")
     for cn in clients:
         _key_and_csr(cn, cn, directory)
