@@ -370,7 +370,11 @@ class MQTTConnection(admission.ClientConnection):
         if not half_close:
             transport.close()
             return
-        transport.write_eof()
+        try:
+            transport.write_eof()
+        except OSError:  # the peer reset the connection meanwhile: nothing to linger for
+            transport.abort()
+            return
         self.buffer = None
         self.throttled = self.parked = self.windowed = False
         transport.resume_reading()
