@@ -448,12 +448,15 @@ def test_a_part_that_leaves_a_device_offline_rolls_back_by_itself(
 def test_the_cloud_command_sends_a_part(
         cloud: Mosquitto, keys: tuple[Path, Path], plant: tuple[BrokerProcess, Path, Path, int],
         tmp_path: Path) -> None:
-    """`config send --part forward` as docs/operations.md shows it, and an empty part, which
+    """`config send --part devices` as docs/operations.md shows it, and an empty part, which
     is sent only with --remove-all."""
-    _, config, _, _ = plant
-    fragment = tmp_path / "forward.toml"
-    fragment.write_text('[[uplink.forward]]\nname = "{gateway_id}-power"\n'
-                        'filter = "devices/+/power"\n', encoding="utf-8")
+    process, config, _, port = plant
+    fragment = tmp_path / "line-2-meters.toml"
+    fragment.write_text(f'# every bus and device\n[[bridge.buses]]\nname = "line-2"\n'
+                        f'type = "tcp"\nhost = "127.0.0.1"\nport = {port}\n\n'
+                        '[[bridge.devices]]\nname = "{gateway_id}-meter"\nbus = "line-2"\n'
+                        'unit_id = 1\naddress_base = 0\n'
+                        'points = [{ name = "power", address = 0 }]\n', encoding="utf-8")
 
     def send(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -462,18 +465,20 @@ def test_the_cloud_command_sends_a_part(
              "--wait", "60", *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
             check=False)
 
-    out = send("--part", "forward", "--config", str(fragment))
+    out = send("--part", "devices", "--config", str(fragment))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "sending part forward, version " in out.stdout
+    assert "sending part devices, version " in out.stdout and "to 1 gateway(s)" in out.stdout
     assert out.stdout.splitlines()[-1].startswith("site7  version ")
     assert " applied after " in out.stdout.splitlines()[-1]
-    assert 'name = "site7-power"\nfilter = "devices/+/power"\n' in config.read_text(
-        encoding="utf-8")
-    empty = tmp_path / "empty.toml"
-    empty.write_text("# no rule any more\n", encoding="utf-8")
+    assert 'name = "site7-meter"\nbus = "line-2"\n' in config.read_text(encoding="utf-8")
+    wait_for(lambda: "site7-meter: online" in process.log())
+    empty = tmp_path / "no-rules.toml"
+    empty.write_text("# nothing goes up any more\n", encoding="utf-8")
     out = send("--part", "forward", "--config", str(empty))
-    assert out.returncode == 2 and "add --remove-all if that is what you mean" in out.stderr
-    assert "site7-power" in config.read_text(encoding="utf-8")
+    assert out.returncode == 2 and out.stderr == (
+        f"{empty}: holds no table: as part 'forward' it would remove every one of them on the "
+        "gateways; add --remove-all if that is what you mean\n")
+    assert "[[uplink.forward]]" in config.read_text(encoding="utf-8")
     out = send("--part", "forward", "--config", str(empty), "--remove-all")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "uplink.forward" not in config.read_text(encoding="utf-8")
