@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import copy
 import tomllib
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from outpost.toml_tables import Header, headers
 
 Part = Literal["all", "devices", "forward"]
 WHOLE: Part = "all"
-PART_NAMES: tuple[str, ...] = get_args(Part)
 # part -> (its section, the arrays of tables of that section it is made of)
 PART_ARRAYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "devices": ("bridge", ("buses", "devices", "serial", "opcua")),
@@ -51,7 +50,7 @@ def merge_part(running: str, part: str, fragment: str) -> str:
     """The running file's text with the arrays of `part` replaced by those of `fragment`;
     PartError when the fragment holds anything else, or either text cannot be merged."""
     if part not in PART_ARRAYS:
-        raise PartError(f"unknown part {part!r}: one of {', '.join(PART_NAMES)}")
+        raise PartError(f"unknown part {part!r}: one of {', '.join(PART_ARRAYS)}")
     section, arrays = PART_ARRAYS[part]
     new_data = _load(fragment, f"part {part!r}")
     foreign = [key for key in new_data if key != section]

@@ -107,7 +107,7 @@ def _string_end(text: str, index: int) -> int:
 
 def _header_path(line: str) -> tuple[tuple[str, ...], bool]:
     """The key path of a header line and whether it is an array of tables' entry."""
-    node: Any = tomllib.loads(line)
+    node: Any = tomllib.loads(line.removesuffix("\r"))  # a file with CRLF line ends
     path: list[str] = []
     array = False
     while isinstance(node, dict) and len(node) == 1:

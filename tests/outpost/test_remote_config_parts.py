@@ -173,11 +173,19 @@ def test_arrays_written_inline_are_refused() -> None:
         merge_part(RUNNING, "forward", 'uplink.forward = [{ filter = "a" }]\n')
 
 
+def test_a_file_with_crlf_line_ends_is_merged() -> None:
+    running = RUNNING.replace("\n", "\r\n")
+    merged = merge_part(running, "forward", '[[uplink.forward]]\nfilter = "a/#"\n')
+    start = running.index("[[uplink.forward]]")
+    end = running.index("\r\n[remote_config]")
+    assert merged == running[:start] + '[[uplink.forward]]\nfilter = "a/#"\n' + running[end:]
+
+
 def test_text_that_is_not_toml_is_refused() -> None:
     with pytest.raises(PartError, match=r"part 'forward' is not valid TOML"):
         merge_part(RUNNING, "forward", "[[uplink.forward]\n")
-    with pytest.raises(PartError, match="unknown part 'listeners'"):
-        merge_part(RUNNING, "listeners", "")
+    with pytest.raises(PartError, match="unknown part 'all': one of devices, forward"):
+        merge_part(RUNNING, "all", "")
 
 
 def test_the_scanner_is_not_fooled_by_strings_arrays_and_comments() -> None:
