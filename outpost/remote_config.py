@@ -8,6 +8,9 @@ configuration untouched) when it is too large, its signature does not verify wit
 the keyring, it is for another gateway, its version is not above the highest this gateway
 took (a replay), or the configuration fails the checks of `outpost check-config` (or would
 change the gateway id, or turn remote configuration off: both need a hand on the device).
+A document that carries a named part (devices, forward rules) rather than the whole file is
+merged into the running file first (outpost/remote_config_parts.py), and the merged file goes
+the same way; a part that holds anything else, or cannot be merged, is refused.
 
 A configuration that passes is written through the configuration store (outpost.toml
 atomically, the previous versions kept) and applied by the reload path; then the health
@@ -49,6 +52,7 @@ from outpost.remote_config_document import (
     parse_signed,
 )
 from outpost.remote_config_health import Before, HealthProbe
+from outpost.remote_config_parts import WHOLE, PartError, merge_part
 from outpost.remote_update import published_by_uplink
 from outpost.update_command import now_text, read_json, write_json
 
@@ -157,26 +161,42 @@ class RemoteConfigService:
         if document.version <= taken:
             self._refuse(document.version, document.id,
                          f"replay: version {document.version} is not above {taken}, the "
-                         "highest this gateway took")
+                         "highest this gateway took", document.part)
             return
-        config, errors = check_text(document.config, self.store.path)
+        try:
+            text, base_sha256 = self._new_text(document)
+        except PartError as exc:
+            self._remember(document.version)
+            self._refuse(document.version, document.id, str(exc), document.part)
+            return
+        config, errors = check_text(text, self.store.path)
         if config is not None:
             errors = self._keeps_control(config)
         if errors:
             reason = "invalid configuration: " + "; ".join(errors[:5]) + (
                 f" (and {len(errors) - 5} more)" if len(errors) > 5 else "")
             with contextlib.suppress(ConfigStoreError, OSError):
-                self.store.record_refused(document.config, f"remote:{document.version}",
-                                          reason)
+                self.store.record_refused(text, _source(document), reason)
             self._remember(document.version)
-            self._refuse(document.version, document.id, reason)
+            self._refuse(document.version, document.id, reason, document.part)
             return
         assert config is not None
         self.busy = True
         self._remember(document.version)
         assert self._loop is not None
-        self.task = self._loop.create_task(self._apply(document, config),
+        self.task = self._loop.create_task(self._apply(document, text, base_sha256, config),
                                            name="remote-config")
+
+    def _new_text(self, document: ConfigDocument) -> tuple[str, str | None]:
+        """The whole file the document asks for, and for a part the sha256 of the running
+        file it was merged into (the write is refused if that file changed meanwhile)."""
+        if document.part == WHOLE:
+            return document.config, None
+        running = self.store.current()
+        if not running.text:
+            raise PartError(f"{self.store.path}: no running file to merge part "
+                            f"{document.part!r} into (started without one)")
+        return merge_part(running.text, document.part, document.config), running.sha256
 
     def _keeps_control(self, config: Config) -> list[str]:
         running = self.store.current()
@@ -193,17 +213,19 @@ class RemoteConfigService:
 
     # -- applying --------------------------------------------------------------------------
 
-    async def _apply(self, document: ConfigDocument, config: Config) -> None:
+    async def _apply(self, document: ConfigDocument, text: str, base_sha256: str | None,
+                     config: Config) -> None:
         try:
             before = self.health.before()
-            running = self.store.current()
             try:
-                version = self.store.write(document.config, f"remote:{document.version}",
-                                           expected_sha256=running.sha256)
+                version = self.store.write(
+                    text, _source(document),
+                    expected_sha256=base_sha256 or self.store.current().sha256)
             except (ConfigStoreError, OSError) as exc:
-                self._refuse(document.version, document.id, f"not written: {exc}")
+                self._refuse(document.version, document.id, f"not written: {exc}",
+                             document.part)
                 return
-            facts = {"version": document.version, "id": document.id,
+            facts = {"version": document.version, "id": document.id, "part": document.part,
                      "sha256": version.sha256, "local_version": version.number,
                      "started": now_text(), "devices_before": sorted(before.devices_online)}
             self._save(applying=facts)
@@ -275,7 +297,7 @@ class RemoteConfigService:
     # -- reports and state -----------------------------------------------------------------
 
     def _refuse(self, version: int | None, request_id: str | None, reason: str,
-                local: bool = False) -> None:
+                part: str | None = None, local: bool = False) -> None:
         self.refused += 1
         if worth_logging(self.refused, 100):
             log.warning("remote configuration: version %s (%s) refused: %s (%d refused so "
@@ -283,7 +305,7 @@ class RemoteConfigService:
         if local and not worth_logging(self.refused, 100):
             return
         self._publish({"state": "refused", "version": version, "id": request_id,
-                       "reason": reason, "finished": now_text()})
+                       "part": part, "reason": reason, "finished": now_text()})
 
     def _publish(self, event: dict[str, Any]) -> None:
         current = self.store.current()
@@ -319,7 +341,13 @@ class RemoteConfigService:
 
 
 def _public(facts: dict[str, Any]) -> dict[str, Any]:
-    return {key: facts.get(key) for key in ("version", "id", "sha256", "local_version")}
+    return {key: facts.get(key) for key in ("version", "id", "part", "sha256", "local_version")}
+
+
+def _source(document: ConfigDocument) -> str:
+    """How the history names a version from the cloud: remote:12, remote:13:devices."""
+    return f"remote:{document.version}" + ("" if document.part == WHOLE else
+                                           f":{document.part}")
 
 
 def build_remote_config(config: Config, config_path: Path | None, state_dir: Path | None,

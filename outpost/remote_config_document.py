@@ -8,7 +8,11 @@ How this works: the cloud publishes on `outpost-cmd/<gateway_id>/config` an enve
 and the document is
 
     {"gateway_id": "plant-7", "version": 12, "id": "map-2026-11", "issued": "...Z",
-     "config": "<the whole outpost.toml>"}
+     "part": "devices", "config": "<a TOML fragment holding the part's arrays>"}
+
+where `part` is "all" (the default when absent: `config` is the whole outpost.toml) or a named
+part, "devices" or "forward", whose fragment is merged into the running file
+(outpost/remote_config_parts.py).
 
 The signature covers the exact bytes of the document (never a re-encoding of them), made with
 the private key whose public key is `<key id>.pem` in the gateway's keyring folder. The
@@ -34,6 +38,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from gateway.base.config_paths import existing_file
+from outpost.remote_config_parts import WHOLE, Part
 from outpost.update_command import CommandSection, check_request_id, problems_of
 
 DEFAULT_COMMAND_TOPIC = "outpost-cmd/{gateway_id}/config"
@@ -96,6 +101,7 @@ class ConfigDocument(BaseModel):
     version: Annotated[int, Field(ge=1, lt=1 << 63)]
     id: str
     issued: Annotated[str, Field(max_length=40)] = ""
+    part: Part = WHOLE
     config: str
 
     @field_validator("id")

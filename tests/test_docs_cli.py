@@ -321,6 +321,11 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         RunElsewhere("tests/outpost/test_remote_config.py::"
                      "test_the_cloud_command_sends_to_a_pattern_and_shows_each_result"),
     ),
+    "python -m cloud_spark.fleet config send --broker mqtt.example.com:8883 --tls-ca ca.pem "
+    "--tls-cert deploy.pem --tls-key deploy.key --gateway 'plant-*' --part devices --config "
+    "line-2-meters.toml --signing-key /srv/fleet/keys/fleet-1.key": (
+        RunElsewhere("tests/outpost/test_remote_config.py::test_the_cloud_command_sends_a_part"),
+    ),
     "python -m cloud_spark.fleet token add --registry /srv/fleet/registry.json --uses 200 "
     "--valid-days 30 --allow 'plant-*'": (
         RunElsewhere("tests/cloud_spark/test_fleet_cli.py::test_token_add_records_a_token"),

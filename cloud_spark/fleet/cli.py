@@ -25,11 +25,12 @@ from cloud_spark.fleet.config_send import (
     DEFAULT_COMMAND_TOPIC,
     DEFAULT_STATUS_PREFIX,
     find_gateways,
+    part_problem,
     send_config,
 )
 from cloud_spark.fleet.enroll_service import load, serve
 from cloud_spark.fleet.enrollment import Registry
-from cloud_spark.fleet.signing import generate_key
+from cloud_spark.fleet.signing import PARTS, WHOLE, generate_key
 
 
 def _broker(text: str) -> tuple[str, int]:
@@ -76,7 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a gateway id, or a pattern (plant-*) over the gateways that "
                       "have a status topic")
     send.add_argument("--config", type=Path, required=True,
-                      help="the outpost.toml to send; {gateway_id} becomes each gateway's id")
+                      help="the outpost.toml to send, or the fragment of --part; "
+                      "{gateway_id} becomes each gateway's id")
+    send.add_argument("--part", choices=PARTS, default=WHOLE,
+                      help="all: the whole file (default); devices: the bridge's buses and "
+                      "devices ([[bridge.buses]], [[bridge.devices]], [[bridge.serial]], "
+                      "[[bridge.opcua]]); forward: the [[uplink.forward]] rules. A part "
+                      "replaces all of those arrays in the running file")
+    send.add_argument("--remove-all", action="store_true",
+                      help="send an empty part: remove every device (or forward rule)")
     send.add_argument("--signing-key", type=Path, required=True,
                       help="KEY_ID.key (its public KEY_ID.pem in the gateways' keyring)")
     send.add_argument("--version", type=int, help="the configuration's version (default: "
@@ -145,6 +154,10 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 def cmd_config_send(args: argparse.Namespace) -> int:
     template = args.config.read_text(encoding="utf-8")
+    problem = part_problem(template, args.part, args.remove_all)
+    if problem:
+        print(f"{args.config}: {problem}", file=sys.stderr)
+        return 2
     version = args.version or int(time.time() * 1000)
     request_id = args.id or f"cfg-{version}"
     with CloudSession(broker_options(args, "config")) as session:
@@ -152,10 +165,12 @@ def cmd_config_send(args: argparse.Namespace) -> int:
         if not gateways:
             print(f"no gateway matches {args.gateway!r}", file=sys.stderr)
             return 1
-        print(f"sending version {version} ({request_id}) to {len(gateways)} gateway(s)",
+        what = "" if args.part == WHOLE else f"part {args.part}, "
+        print(f"sending {what}version {version} ({request_id}) to {len(gateways)} gateway(s)",
               flush=True)
         results = send_config(session, gateways, template, args.signing_key, version,
-                              request_id, args.wait, args.status_prefix, args.command_topic)
+                              request_id, args.wait, args.status_prefix, args.command_topic,
+                              args.part)
     for result in results:
         print(result.line())
     return 0 if all(r.state == "applied" for r in results) else 1

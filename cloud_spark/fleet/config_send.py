@@ -4,10 +4,12 @@ gateway matching a pattern, publish it, and follow each one's result.
 How this works: the gateways are found by their retained status on the cloud broker
 (`<status prefix>/<gateway_id>`, `online` or `offline`), unless the pattern names a single
 gateway. The configuration file is a template: `{gateway_id}` in it becomes each gateway's
-id. Each gateway gets its own signed document (it names the gateway, so it cannot be replayed
-on another) with the same version, then the command waits for each gateway's retained
-`<status prefix>/<gateway_id>/config` to report that version `applied`, `refused` or
-`rolled back`, and prints one line per gateway.
+id. It is the whole outpost.toml, or a named part of it (`devices`: the bridge's buses and
+devices; `forward`: the uplink's forward rules), a fragment holding only those arrays of
+tables that each gateway merges into its running file. Each gateway gets its own signed
+document (it names the gateway, so it cannot be replayed on another) with the same version,
+then the command waits for each gateway's retained `<status prefix>/<gateway_id>/config` to
+report that version `applied`, `refused` or `rolled back`, and prints one line per gateway.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from __future__ import annotations
 import fnmatch
 import json
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from cloud_spark.fleet.broker import CloudSession
-from cloud_spark.fleet.signing import load_signing_key, sign_config
+from cloud_spark.fleet.signing import WHOLE, load_signing_key, sign_config
 
 FINAL = ("applied", "refused", "rolled back")
 DEFAULT_STATUS_PREFIX = "outpost-status"
@@ -62,11 +65,30 @@ def find_gateways(session: CloudSession, pattern: str, status_prefix: str,
     return sorted(name for name in names if fnmatch.fnmatchcase(name, pattern))
 
 
+def part_problem(template: str, part: str, remove_all: bool) -> str | None:
+    """Why a part's fragment should not be sent as it is, or None. An empty fragment removes
+    every device (or forward rule) of the gateways: it is sent only with `remove_all`."""
+    if part == WHOLE:
+        return None
+    try:
+        empty = not tomllib.loads(template.replace("{gateway_id}", "gateway"))
+    except tomllib.TOMLDecodeError as exc:
+        return f"not valid TOML: {exc}"
+    if empty and not remove_all:
+        return (f"holds no table: as part {part!r} it would remove every one of them on "
+                "the gateways; add --remove-all if that is what you mean")
+    if remove_all and not empty:
+        return "--remove-all sends an empty part, but the file holds tables"
+    return None
+
+
 def send_config(session: CloudSession, gateways: list[str], template: str, key_file: Path,
                 version: int, request_id: str, timeout: float,
                 status_prefix: str = DEFAULT_STATUS_PREFIX,
-                command_topic: str = DEFAULT_COMMAND_TOPIC) -> list[GatewayResult]:
-    """Sign and publish the configuration for each gateway; wait for the results."""
+                command_topic: str = DEFAULT_COMMAND_TOPIC,
+                part: str = WHOLE) -> list[GatewayResult]:
+    """Sign and publish the configuration (the whole file, or the fragment of `part`) for each
+    gateway; wait for the results."""
     key = load_signing_key(key_file)
     key_id = key_file.name.removesuffix(".key")
     results = {g: GatewayResult(g, version) for g in gateways}
@@ -75,7 +97,7 @@ def send_config(session: CloudSession, gateways: list[str], template: str, key_f
     session.forget(topics)
     for gateway in gateways:
         payload = sign_config(key, key_id, gateway, version, request_id,
-                              template.replace("{gateway_id}", gateway))
+                              template.replace("{gateway_id}", gateway), part)
         results[gateway].sent_at = time.monotonic()
         session.publish(command_topic.format(gateway_id=gateway), payload)
 

@@ -1,8 +1,10 @@
 """Signed configuration documents, as the gateway's `[remote_config]` takes them.
 
 The envelope is `{"key": KEY_ID, "document": base64(DOC), "signature": base64(ed25519(DOC))}`
-and DOC is the JSON `{"gateway_id", "version", "id", "issued", "config"}` (see
-outpost/remote_config_document.py on the gateway's side). The private key is an ed25519 key
+and DOC is the JSON `{"gateway_id", "version", "id", "issued", "config"}` and, for a named
+part of the file rather than the whole, `"part"` ("devices", "forward"; left out for the whole
+file, so that gateways that know no parts take it as before, and refuse a part). See
+outpost/remote_config_document.py on the gateway's side. The private key is an ed25519 key
 in a PEM file named `<key id>.key`; its public half, `<key id>.pem`, goes into every gateway's
 keyring folder.
 """
@@ -17,6 +19,9 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+WHOLE = "all"  # the part that is the whole file
+PARTS = (WHOLE, "devices", "forward")  # as outpost/remote_config_parts.py names them
 
 
 def generate_key(folder: Path, key_id: str) -> tuple[Path, Path]:
@@ -45,11 +50,15 @@ def load_signing_key(path: Path) -> Ed25519PrivateKey:
 
 
 def sign_config(key: Ed25519PrivateKey, key_id: str, gateway_id: str, version: int,
-                request_id: str, config: str) -> bytes:
-    """The MQTT payload carrying `config` for `gateway_id`, signed."""
+                request_id: str, config: str, part: str = WHOLE) -> bytes:
+    """The MQTT payload carrying `config` (the whole file, or the fragment of `part`) for
+    `gateway_id`, signed."""
     issued = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    document = json.dumps({"gateway_id": gateway_id, "version": version, "id": request_id,
-                           "issued": issued, "config": config}, sort_keys=True).encode()
+    fields = {"gateway_id": gateway_id, "version": version, "id": request_id,
+              "issued": issued, "config": config}
+    if part != WHOLE:
+        fields["part"] = part
+    document = json.dumps(fields, sort_keys=True).encode()
     envelope = {"key": key_id, "document": base64.b64encode(document).decode(),
                 "signature": base64.b64encode(key.sign(document)).decode()}
     return json.dumps(envelope).encode()
