@@ -292,7 +292,9 @@ class RemoteConfigService:
 
     @staticmethod
     def _devices(config: Config) -> set[str]:
-        return {d.name for d in config.bridge.devices} | {s.name for s in config.bridge.serial}
+        """The devices the configuration runs (every family; a disabled one is not expected
+        to answer)."""
+        return {d.name for d in config.bridge.device_configs() if d.enabled}
 
     # -- reports and state -----------------------------------------------------------------
 

@@ -445,6 +445,19 @@ def test_a_part_that_leaves_a_device_offline_rolls_back_by_itself(
     assert final["running"]["sha256"] == sha256_text(original)
 
 
+def test_a_part_that_disables_a_device_is_applied(
+        keys: tuple[Path, Path], plant: tuple[BrokerProcess, Path, Path, int],
+        session: CloudSession) -> None:
+    """A disabled device is not expected to answer: the health check does not wait for it."""
+    _, config, _, _ = plant
+    original = config.read_text(encoding="utf-8")
+    disabled = between(original, "[[bridge.buses]]", "\n# what goes up").replace(
+        'unit_id = 1\n', 'unit_id = 1\nenabled = false\n')
+    [result] = send_config(session, ["site7"], disabled, keys[0], 60, "off", 90, part="devices")
+    assert (result.state, result.reason) == ("applied", ""), result
+    assert "enabled = false" in config.read_text(encoding="utf-8")
+
+
 def test_the_cloud_command_sends_a_part(
         cloud: Mosquitto, keys: tuple[Path, Path], plant: tuple[BrokerProcess, Path, Path, int],
         tmp_path: Path) -> None:
