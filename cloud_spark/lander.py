@@ -70,7 +70,7 @@ from cloud_spark.bronze_writer import BronzeWriter, Committed, Sealed, finish
 from cloud_spark.lander_quarantine import quarantine_message
 from cloud_spark.mqtt_codec import Publish
 from cloud_spark.mqtt_link import Link, LinkError, RefusedError
-from cloud_spark.records import bronze_records, encode_record
+from cloud_spark.records import bronze_lines
 
 log = logging.getLogger("cloud_spark.lander")
 
@@ -304,7 +304,7 @@ class Lander:
         ingest_ms = self.clock_ms()
         token = (self.connection, message.mid, message.qos)
         try:
-            records = bronze_records(
+            lines = bronze_lines(
                 remote_topic=message.topic,
                 payload=message.payload,
                 user_properties=message.user_properties,
@@ -316,7 +316,7 @@ class Lander:
             self._quarantine(message, ingest_ms, exc, token)
             return
         writer = self.writer
-        sealed = writer.append([encode_record(record) for record in records], ingest_ms, token)
+        sealed = writer.append(lines, ingest_ms, token)
         if sealed is not None:
             self._finish(sealed)
         self._received += 1

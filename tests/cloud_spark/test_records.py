@@ -8,8 +8,10 @@ import json
 import pytest
 
 from bench.cloud.tsbs_iot import bronze_line
+from bridge.uplink.batch import encode as encode_batch
 from cloud_spark.batch_format import BatchError
 from cloud_spark.records import (
+    bronze_lines,
     bronze_record,
     bronze_records,
     encode_record,
@@ -18,6 +20,7 @@ from cloud_spark.records import (
     payload_text,
     unwrap_envelope,
 )
+from gateway.base.outbox import OutboxRecord
 from tests.vectors import batch as batch_vectors
 
 PROPS = [
@@ -200,3 +203,40 @@ def test_a_bad_batch_raises_for_the_lander_to_quarantine() -> None:
     with pytest.raises(BatchError) as caught:
         records_of(batch_vectors.NONE_BATCH[:-1])
     assert caught.value.reason == "truncated"
+
+
+def lines_both_ways(payload: bytes, props: list[tuple[str, str]] | None = None,
+                    lander_id: str = "L") -> tuple[list[bytes], list[bytes]]:
+    """(what the lander writes, the records encoded one by one)."""
+    kwargs = {"remote_topic": "site7/m1/p", "payload": payload, "user_properties": props,
+              "ingest_ms": 1_717_430_400_999, "lander_id": lander_id}
+    return bronze_lines(**kwargs), [encode_record(r) for r in bronze_records(**kwargs)]
+
+
+@pytest.mark.parametrize("vector", sorted(batch_vectors.GOOD))
+def test_the_lines_of_a_batch_are_its_records_encoded(vector: str) -> None:
+    fast, slow = lines_both_ways(batch_vectors.GOOD[vector])
+    assert fast == slow and len(fast) == len(batch_vectors.ROWS)
+
+
+def test_the_lines_of_a_batch_escape_whatever_its_rows_hold() -> None:
+    topics = ["devices/m1/p", 'devices/"quoted"/{braces}', "devices/ünï/\\back", "other/\t"]
+    payloads = [b'{"value": 1}', "é \n \u2028 \x00 \"".encode(), b"\x80\xff", b"",
+                b"{}{}%s%d"]
+    rows = [OutboxRecord(seq=100 + i, rule="r", topic=topics[i % len(topics)],
+                         payload=payloads[i % len(payloads)], qos=1, retain=False,
+                         received_ms=1_717_430_400_000 + i) for i in range(40)]
+    batch = encode_batch('gw "7"', "e-1", "devices/", "site/{x}/", rows, "zstd")
+    fast, slow = lines_both_ways(batch, [], lander_id='lander "1"')
+    assert fast == slow and len(fast) == 40
+    assert all(json.loads(line)["seq"] == 100 + i for i, line in enumerate(fast))
+
+
+def test_the_lines_of_a_single_message_are_its_record_encoded() -> None:
+    assert lines_both_ways(b"21.5", PROPS)[0] == [encode_record(
+        record(b"21.5", PROPS) | {"remote_topic": "site7/m1/p", "ingest_ms": 1_717_430_400_999})]
+    fast, slow = lines_both_ways(batch_vectors.NONE_BATCH, PROPS)  # id properties win
+    assert fast == slow and len(fast) == 1
+    with pytest.raises(BatchError):
+        bronze_lines(remote_topic="t", payload=batch_vectors.NONE_BATCH[:-1],
+                     user_properties=None, ingest_ms=1, lander_id="L")
