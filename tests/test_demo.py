@@ -21,6 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.pipeline  # minutes: `make pipeline-test`
 @pytest.mark.timeout(960)
 def test_quick_demo_lands_everything(tmp_path: Path) -> None:
     if shutil.which("java") is None:

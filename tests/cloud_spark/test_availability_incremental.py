@@ -91,6 +91,7 @@ def batches() -> list[list[dict[str, Any]]]:
     return [first, second, third]
 
 
+@pytest.mark.pipeline  # minutes: `make pipeline-test`
 @pytest.mark.timeout(900)  # a dozen Spark jobs on a busy 2-core machine
 def test_incremental_availability_equals_a_full_run(spark: SparkSession, tmp_path: Path) -> None:
     root, inc, full = tmp_path / "landing", tmp_path / "incremental", tmp_path / "full"

@@ -106,6 +106,7 @@ def build_artifact(dest: Path) -> tuple[Path, Path]:
     return archive, entry
 
 
+@pytest.mark.pipeline  # minutes: `make pipeline-test`
 @pytest.mark.timeout(900)
 def test_silver_and_report_run_under_spark_submit_on_a_standalone_cluster(
     cluster: str, tmp_path: Path

@@ -66,6 +66,7 @@ def _assert_same_silver(spark: SparkSession, got: Path, want: Path) -> None:
         assertDataFrameEqual(got_rows, want_rows, checkRowOrder=False)
 
 
+@pytest.mark.pipeline  # minutes: `make pipeline-test`
 @pytest.mark.timeout(600)  # five silver runs and a full one: minutes on a busy 2-core machine
 def test_incremental_runs_over_batches_equal_one_full_run(
     spark: SparkSession, tmp_path: Path
@@ -103,6 +104,7 @@ def test_incremental_runs_over_batches_equal_one_full_run(
     _assert_same_silver(spark, inc, full)
 
 
+@pytest.mark.pipeline
 @pytest.mark.timeout(600)
 def test_a_run_that_died_half_way_is_redone_without_doubles(
     spark: SparkSession, tmp_path: Path
@@ -131,6 +133,7 @@ def test_a_run_that_died_half_way_is_redone_without_doubles(
 DAY = 86_400_000
 
 
+@pytest.mark.pipeline
 @pytest.mark.timeout(600)
 def test_rollups_recompute_the_touched_days_and_equal_a_full_run(
     spark: SparkSession, tmp_path: Path

@@ -118,6 +118,7 @@ def batches() -> list[list[dict[str, Any]]]:
     return landed
 
 
+@pytest.mark.pipeline  # minutes: `make pipeline-test`
 @pytest.mark.timeout(900)  # a dozen Spark jobs on a busy 2-core machine
 def test_incremental_quality_and_health_equal_a_full_run(
     spark: SparkSession, tmp_path: Path
