@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cloud_spark import contract as c
-from cloud_spark.batch_format import MAX_BODY, decode_batch, is_batch
+from cloud_spark.batch_format import MAX_BODY, Batch, decode_batch, is_batch
 
 BronzeRecord = dict[str, Any]
 
@@ -155,6 +155,15 @@ def _record(gateway: str | None, epoch: str | None, seq: int | None, local_topic
     }
 
 
+def _batch_of(payload: bytes, props: list[tuple[str, str]], max_body: int) -> Batch | None:
+    """The batch a message carries, or None for a single message (id user properties win
+    over a payload that merely starts like a batch); BatchError for a batch that does not
+    decode."""
+    if not is_batch(payload) or any(key in c.ID_FIELDS for key, _ in props):
+        return None
+    return decode_batch(payload, max_body)
+
+
 def bronze_records(
     *,
     remote_topic: str,
@@ -169,10 +178,10 @@ def bronze_records(
     Raises :class:`~cloud_spark.batch_format.BatchError` for a batch that does not decode.
     """
     props = list(user_properties or ())
-    if not is_batch(payload) or any(key in c.ID_FIELDS for key, _ in props):
+    batch = _batch_of(payload, props, max_body)
+    if batch is None:
         return [bronze_record(remote_topic=remote_topic, payload=payload,
                               user_properties=props, ingest_ms=ingest_ms, lander_id=lander_id)]
-    batch = decode_batch(payload, max_body)
     return [
         _record(batch.gateway, batch.epoch, row.seq, row.topic, row.received_ms,
                 batch.remote_topic(row.topic), row.payload, ingest_ms, lander_id)
@@ -212,11 +221,11 @@ def bronze_lines(
     :class:`~cloud_spark.batch_format.BatchError` like :func:`bronze_records`.
     """
     props = list(user_properties or ())
-    if not is_batch(payload) or any(key in c.ID_FIELDS for key, _ in props):
-        return [encode_record(record) for record in bronze_records(
-            remote_topic=remote_topic, payload=payload, user_properties=props,
-            ingest_ms=ingest_ms, lander_id=lander_id, max_body=max_body)]
-    batch = decode_batch(payload, max_body)
+    batch = _batch_of(payload, props, max_body)
+    if batch is None:
+        return [encode_record(bronze_record(remote_topic=remote_topic, payload=payload,
+                                            user_properties=props, ingest_ms=ingest_ms,
+                                            lander_id=lander_id))]
     head = f'{{"gateway":{_json_string(batch.gateway)},"epoch":{_json_string(batch.epoch)},"seq":'
     tail = f',"ingest_ms":{ingest_ms},"lander_id":{_json_string(lander_id)}}}\n'
     # local topic -> the encoded pieces before and after its row's received_ms
