@@ -8,6 +8,7 @@ PLC restarts.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -243,3 +244,27 @@ points = [
     assert any(line.startswith("missing") and "FAILED: node ns=1;s=NoSuchTag does not exist"
                in line for line in lines)
     assert lines[-1] == "1 of 2 point(s) answered, 1 failed"
+
+
+def test_secured_devices_starting_together_share_one_client_certificate(
+        server: NodeServer, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The first start of three secured devices: each needs the client certificate at once.
+    caplog.set_level(logging.INFO, "outpost.bridge.opcua")
+    secured = [("b256-sign", "Basic256Sha256", "Sign"),
+               ("b256-encrypt", "Basic256Sha256", "SignAndEncrypt"),
+               ("pss-encrypt", "Aes256_Sha256_RsaPss", "SignAndEncrypt")]
+    devices = [{**device(server.endpoint, POINTS[:1])["opcua"][0], "name": name,
+                "security_policy": policy, "security_mode": mode, "trust_on_first_use": True}
+               for name, policy, mode in secured]
+
+    async def main() -> None:
+        h = Harness({"opcua": devices}, state_dir=tmp_path)
+        await h.bridge.start()
+        for name, _, _ in secured:
+            await until(lambda n=name: (h.last(f"devices/{n}/counter") or {}).get("quality")
+                        == "good")
+        await h.bridge.stop()
+
+    asyncio.run(main())
+    made = [r for r in caplog.records if "made the client certificate" in r.getMessage()]
+    assert len(made) == 1, [r.getMessage() for r in made]
