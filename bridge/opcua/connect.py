@@ -10,6 +10,13 @@ opens the secure channel with the client's application certificate. `connect` gi
 
 asyncua's own reconnect is off: the device (bridge/opcua/device.py) opens a new session after
 a loss, which re-creates its subscription and monitored items from scratch.
+
+asyncua's log lines stay out of the journal: while a server is away it logs every attempt
+(`close_secure_channel was called but connection is closed`, `Publish iteration crashed` with
+its traceback, ...), hundreds of lines for one outage that the device reports itself, once
+(bridge/opcua/device.py). `quiet_library_logs` keeps its WARNING and above (nothing below is
+ever made: its debug lines cost time on every message) and hands them on at DEBUG level to
+`outpost.bridge.opcua.asyncua`, so `--log-level debug` still shows them with their tracebacks.
 """
 
 from __future__ import annotations
@@ -26,13 +33,35 @@ from bridge.opcua.config import OpcUaDeviceConfig
 from bridge.opcua.pki import APPLICATION_URI, Pki, UntrustedServerError
 
 log = logging.getLogger("outpost.bridge.opcua")
+LIBRARY_LOG = logging.getLogger("outpost.bridge.opcua.asyncua")
 POLICIES: dict[str, type[security_policies.SecurityPolicy]] = {
     "Basic256Sha256": security_policies.SecurityPolicyBasic256Sha256,
     "Aes128_Sha256_RsaOaep": security_policies.SecurityPolicyAes128Sha256RsaOaep,
     "Aes256_Sha256_RsaPss": security_policies.SecurityPolicyAes256Sha256RsaPss,
 }
-# asyncua logs every publish response at INFO: far too much for a gateway's journal.
-logging.getLogger("asyncua").setLevel(logging.WARNING)
+
+
+class _AtDebug(logging.Handler):
+    """Hands asyncua's records on to LIBRARY_LOG as DEBUG records."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if LIBRARY_LOG.isEnabledFor(logging.DEBUG):
+            record.msg = f"[{record.levelname} {record.name}] {record.msg}"
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.name = LIBRARY_LOG.name
+            LIBRARY_LOG.handle(record)
+
+
+def quiet_library_logs() -> None:
+    """Keep asyncua's per-attempt noise out of the journal (DEBUG of LIBRARY_LOG instead)."""
+    library = logging.getLogger("asyncua")
+    if not any(isinstance(handler, _AtDebug) for handler in library.handlers):
+        library.addHandler(_AtDebug())
+    library.setLevel(logging.WARNING)  # asyncua logs every publish response at INFO
+    library.propagate = False
+
+
+quiet_library_logs()
 
 
 class SecurityError(Exception):
@@ -93,8 +122,8 @@ async def secure(client: Client, config: OpcUaDeviceConfig, pki: Pki | None) -> 
         raise UntrustedServerError("the server sent no certificate with its secure endpoint")
     pki.check_server(config.name, x509.load_der_x509_certificate(server_der),
                      list(config.trusted_certificates), config.trust_on_first_use)
-    cert, key = await pki.client_certificate()
-    await client.set_security(POLICIES[config.security_policy], str(cert), str(key),
+    pair = await pki.client_certificate()  # bytes checked under the lock: a matching pair
+    await client.set_security(POLICIES[config.security_policy], pair.certificate, pair.key,
                               server_certificate=server_der,
                               mode=getattr(ua.MessageSecurityMode, config.security_mode))
 

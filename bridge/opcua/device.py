@@ -19,7 +19,13 @@ When a session ends, or a connection attempt fails, the device goes `offline` at
 every point is published once as null / bad: nothing stays "good" while it is stale. The
 next session starts after a backoff (`reconnect_initial` doubling up to `reconnect_max`) and
 creates a new subscription, whose first notifications publish fresh values. A server whose
-certificate is not trusted is retried on the same backoff and logged as an error each time.
+certificate is not trusted is retried on the same backoff.
+
+The journal gets one line per change, not one per attempt: a WARNING when the server goes
+away (with the reason), an INFO when a session is back (with how long it was away), an ERROR
+when a server is refused (untrusted certificate, no such endpoint) and again only when the
+reason changes; every failed attempt in between is a DEBUG line. asyncua's own lines about the
+same outage are kept out (bridge/opcua/connect.py).
 
 Writes check the point (writable, known, resolved) and the value against the node's DataType
 and the point's min/max/enum (values.encode), then write the Value attribute without
@@ -92,6 +98,8 @@ class OpcUaDevice:
         self.counters = Counters()
         self.last_error: str | None = None
         self.sessions = 0  # sessions opened so far (1 after the first connect)
+        self.offline_since: float | None = None  # loop time the server went away
+        self._refusal: str | None = None  # the refusal last logged as an error
         self.session: SessionState | None = None
         self.points: dict[str, PointState] = {}
         for point in config.points:
@@ -161,11 +169,19 @@ class OpcUaDevice:
         else:
             subscription = await self._subscribe(client)
             feeder = asyncio.create_task(self._consume(session, subscription))
-        self.last_error = None
+        self.last_error = self._refusal = None
         self._set_online(True)
-        log.info("%s: session %d on %s (%d of %d point(s) served)", self.name, self.sessions,
-                 self.config.endpoint, len([p for p in self.points.values() if p.error is None]),
-                 len(self.points), extra={"device": self.name})
+        served = len([p for p in self.points.values() if p.error is None])
+        if self.offline_since is None:
+            log.info("%s: session %d on %s (%d of %d point(s) served)", self.name,
+                     self.sessions, self.config.endpoint, served, len(self.points),
+                     extra={"device": self.name})
+        else:
+            log.info("%s: %s back after %.1f s (session %d, %d of %d point(s) served)",
+                     self.name, self.config.endpoint,
+                     asyncio.get_running_loop().time() - self.offline_since, self.sessions,
+                     served, len(self.points), extra={"device": self.name})
+            self.offline_since = None
         try:
             waiter = asyncio.create_task(session.lost.wait())
             done, _ = await asyncio.wait({feeder, waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -295,14 +311,17 @@ class OpcUaDevice:
         """A session ended or could not be opened: offline, every point bad once."""
         self.counters.timeouts += 1
         self.last_error = reason
-        if refused:
+        if refused and reason != self._refusal:
+            self._refusal = reason
             log.error("%s: %s refused: %s", self.name, self.config.endpoint, reason,
                       extra={"device": self.name})
-        elif self.online is not False:
+        elif self.online is not False and not refused:
             log.warning("%s: %s unreachable: %s", self.name, self.config.endpoint, reason,
                         extra={"device": self.name})
         else:
             log.debug("%s: still unreachable: %s", self.name, reason)
+        if self.offline_since is None:
+            self.offline_since = asyncio.get_running_loop().time()
         self._set_online(False)
         for state in self.points.values():
             self._publish_bad(state)
