@@ -33,6 +33,7 @@ import binascii
 import hashlib
 import hmac
 import os
+import unicodedata
 from dataclasses import dataclass
 
 from argon2 import extract_parameters
@@ -45,6 +46,7 @@ __all__ = [
     "MIN_STRONG_ITERATIONS",
     "PasswordEntry",
     "PasswordFileError",
+    "check_username",
     "hash_password",
     "parse_hash",
     "parse_password_text",
@@ -198,13 +200,40 @@ def verify(entry: PasswordEntry, password: bytes) -> bool:
     return hmac.compare_digest(candidate, entry.digest)
 
 
+# Unicode categories refused in a name. Every character at which the reader's
+# `str.splitlines` ends a line is in one: \n \r \v \f \x1c-\x1e NEL are control characters,
+# U+2028 and U+2029 the line and paragraph separators. Format characters (invisible, bidi
+# overrides) would make a name look like another; a lone surrogate cannot be written as UTF-8.
+_REFUSED_CATEGORIES = {"Cc": "a control character", "Cf": "an invisible format character",
+                       "Cs": "a lone surrogate (not valid text)", "Zl": "a line separator",
+                       "Zp": "a paragraph separator"}
+
+
+def check_username(username: str) -> None:
+    """Raise `ValueError` (saying why) unless `username` reads back from a password file as
+    exactly this user: one line, not a comment, nothing the reader strips or splits at."""
+    if not username:
+        raise ValueError("a user name must not be empty")
+    for char in username:
+        kind = _REFUSED_CATEGORIES.get(unicodedata.category(char))
+        if kind is not None:
+            raise ValueError(f"a user name must not contain U+{ord(char):04X} ({kind})")
+    if ":" in username:
+        raise ValueError("a user name must not contain ':' (it ends the name in the file)")
+    if username.startswith("#"):
+        raise ValueError("a user name must not start with '#' (the line would be a comment)")
+    if username != username.strip():
+        raise ValueError("a user name must not start or end with a space (it would be read "
+                         "back without it)")
+
+
 def update_password_text(text: str, username: str, stored: str | None) -> tuple[str, bool]:
     """Set (or with `stored=None` delete) one user's line; other lines are kept verbatim.
 
-    Returns the new text and whether the user existed before.
+    Returns the new text and whether the user existed before. Raises `ValueError` for a
+    name the file cannot hold (`check_username`).
     """
-    if not username or ":" in username or "\n" in username:
-        raise ValueError("a username must be non-empty and contain no ':' or line break")
+    check_username(username)
     lines = text.splitlines()
     found = False
     result: list[str] = []

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 
 from gateway.broker.contracts.passwords import (
     DEFAULT_ITERATIONS,
     PasswordFileError,
+    check_username,
     hash_password,
     parse_hash,
     parse_password_text,
@@ -85,3 +88,26 @@ def test_update_keeps_other_lines_and_deletes() -> None:
     assert existed and "bob:" not in new3 and "# header" in new3
     with pytest.raises(ValueError):
         update_password_text(text, "a:b", None)
+
+
+# Every character at which the reader (`str.splitlines`) ends a line, and every other control,
+# format or separator character: a name holding one is refused, naming the character.
+REFUSED = [chr(c) for c in range(0x110000)
+           if unicodedata.category(chr(c)) in ("Cc", "Cf", "Cs", "Zl", "Zp")]
+
+
+def test_every_line_break_and_control_character_is_refused_in_a_name() -> None:
+    breaks = {char for char in REFUSED if len(f"a{char}b".splitlines()) > 1}
+    assert breaks == set("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")  # all of splitlines' own
+    for char in REFUSED:
+        with pytest.raises(ValueError, match=f"U\\+{ord(char):04X}"):
+            update_password_text("", f"evil{char}line", "$7$1$c2FsdA==$" + "A" * 88)
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("", "empty"), ("#hidden", "comment"), (" alice", "space"), ("alice\u3000", "space"),
+    ("a:b", "':'"),
+])
+def test_a_name_the_file_cannot_hold_is_refused(name: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        check_username(name)
