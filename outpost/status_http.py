@@ -13,8 +13,9 @@ off the LAN. Every request is answered from the `StatusBoard` at that moment:
 - `/` is `status_page.html`, one self-contained file (inline CSS and JS, no external assets,
   enforced by its Content-Security-Policy) that polls `/status?history=1`.
 
-Requests are bounded: 8 KiB of request head, 10 s to send it, 16 connections at a time; only
-GET and HEAD. `fetch_status` is the client side used by `outpost status`.
+Requests are bounded: 8 KiB of request head, 10 s to send it, 16 connections at a time and
+`PER_ADDRESS` from one address (outpost/http_guard.py); only GET and HEAD. `fetch_status` is
+the client side used by `outpost status`.
 
 Off loopback (config: only with one of them) the endpoint speaks HTTPS (`tls_cert`, `tls_key`)
 and/or asks for HTTP Basic credentials checked against a `$7$` password file, the broker's
@@ -46,6 +47,7 @@ from prometheus_client.registry import Collector
 from gateway.broker.contracts.auth import PasswordDB
 from gateway.broker.contracts.passwords import parse_password_text
 from outpost.config import StatusConfig
+from outpost.http_guard import PeerSlots, peer_address
 from outpost.status import StatusBoard
 
 log = logging.getLogger("outpost.status")
@@ -53,6 +55,7 @@ log = logging.getLogger("outpost.status")
 MAX_HEAD = 8192
 REQUEST_TIMEOUT = 10.0
 MAX_CONNECTIONS = 16
+PER_ADDRESS = 8  # one neighbour cannot take every connection
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PAGE_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
             "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'")
@@ -338,6 +341,7 @@ class StatusServer:
         self.tls = tls
         self.server: asyncio.Server | None = None
         self.active: set[asyncio.Task[None]] = set()
+        self.slots = PeerSlots(PER_ADDRESS, MAX_CONNECTIONS)
         self.requests = 0
         self.refused = 0  # requests answered 401
 
@@ -365,7 +369,8 @@ class StatusServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        if len(self.active) >= MAX_CONNECTIONS or task is None:
+        address = peer_address(writer.transport)
+        if task is None or not self.slots.take(address):
             writer.close()
             return
         self.active.add(task)
@@ -374,6 +379,7 @@ class StatusServer:
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:
+            self.slots.give(address)
             self.active.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
