@@ -20,9 +20,11 @@ from pydantic.fields import FieldInfo
 
 
 class Section(BaseModel):
-    """A configuration section: unknown keys are errors, values are frozen after load."""
+    """A configuration section: unknown keys are errors, values are frozen after load, and
+    every number is finite (TOML spells `inf` and `nan`, and `1e309` overflows to `inf`: no
+    interval, scale, deadband or limit of ours means anything with them)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ConfigError(Exception):

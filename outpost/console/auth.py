@@ -11,11 +11,14 @@ How this works:
 - `Sessions` keeps logins in memory: a random 256-bit token in an HttpOnly, SameSite=Strict
   cookie (Secure under TLS) names a `Session` holding the user, the role, its own random
   CSRF token and an absolute expiry (`[console] session_minutes`). A restart logs everyone
-  out, which is what an appliance should do. At most `MAX_SESSIONS` are kept (the oldest go).
+  out, which is what an appliance should do. Each user has at most `MAX_SESSIONS_PER_USER`
+  (their own oldest go), so no user can log another out by logging in often; users are
+  those of `[console] users`, so the whole table stays small. A user's sessions end when the
+  user is deleted, their password changes or their role changes (`Accounts.reload` says whose).
 - Every state-changing request carries the session's CSRF token (a hidden form field or the
   `X-CSRF-Token` header) and is refused without it; the comparison is constant-time.
-- `LoginThrottle` is the broker's: failures per source address double the delay every later
-  attempt from that address waits, whatever its outcome.
+- `LoginGate` (outpost/console/throttle.py) throttles logins per source address and per user
+  name, counting each attempt before its hash, so guesses sent in parallel queue.
 
 Pure bookkeeping apart from reading the password file; the clock is passed in.
 """
@@ -30,17 +33,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.broker.contracts.auth import LoginThrottle, PasswordDB
+from gateway.broker.contracts.auth import PasswordDB
 from gateway.broker.contracts.passwords import parse_password_text
 from outpost.config import ConsoleConfig
+from outpost.console.throttle import LoginGate
 from outpost.status_http import check_password
 
 ADMIN = "admin"
 VIEWER = "viewer"
-MAX_SESSIONS = 64
+MAX_SESSIONS_PER_USER = 8
 THROTTLE_BASE = 0.5  # seconds after the first failure, doubling
 THROTTLE_MAX = 8.0
 THROTTLE_FORGET = 600.0
+
+
+class TooManyAttemptsError(Exception):
+    """A login refused before its check: its address or user name has attempts queued."""
 
 
 class Accounts:
@@ -49,29 +57,40 @@ class Accounts:
     def __init__(self, config: ConsoleConfig) -> None:
         self.roles: dict[str, str] = {}
         self.passwords = PasswordDB({})
-        self.throttle = LoginThrottle(THROTTLE_BASE, THROTTLE_MAX, THROTTLE_FORGET)
+        self.throttle = LoginGate(THROTTLE_BASE, THROTTLE_MAX, THROTTLE_FORGET)
         self.reload(config)
 
-    def reload(self, config: ConsoleConfig) -> None:
-        """Read the password file again and take the roles of `config`."""
+    def reload(self, config: ConsoleConfig) -> set[str]:
+        """Read the password file again and take the roles of `config`; returns the users
+        whose sessions must end (deleted, password changed, role changed or taken away)."""
         entries = {}
         if config.password_file is not None:
             entries = parse_password_text(config.password_file.read_text(encoding="utf-8"))
+        old = {user: entry.text for user, entry in self.passwords.entries.items()}
+        old_roles = self.roles
         self.passwords = PasswordDB(entries, str(config.password_file or ""))
         self.roles = dict(config.users)
+        return {user for user in {*old, *old_roles}
+                if old.get(user) != (entries[user].text if user in entries else None)
+                or old_roles.get(user) != self.roles.get(user)}
 
     async def login(self, username: str, password: str, source: str,
                     now: Callable[[], float]) -> str | None:
         """The user's role when the password is right and the user has one, else None.
 
-        Waits the throttle's delay for `source` first, and counts a failure against it."""
-        delay = self.throttle.delay(source, now())
-        if delay:
-            await asyncio.sleep(delay)
+        The attempt is counted against `source` and `username` before the hash and waits its
+        turn (`LoginGate`); raises `TooManyAttemptsError` when it would wait too long."""
+        keys = (f"address {source}", f"user {username}")
+        wait = self.throttle.admit(keys, now())
+        if wait is None:
+            raise TooManyAttemptsError(f"too many login attempts from {source} or for this user: "
+                                  f"try again in {THROTTLE_MAX:g} s")
+        if wait:
+            await asyncio.sleep(wait)
         ok = await check_password(self.passwords, username, password.encode("utf-8"))
         role = self.roles.get(username) if ok else None
-        if role is None:
-            self.throttle.failed(source, now())
+        if role is not None:  # (a user without a role fails like a wrong password)
+            self.throttle.succeeded(keys, now())
         return role
 
 
@@ -97,8 +116,11 @@ class Session:
 
 
 def same_token(sent: str, expected: str) -> bool:
-    """Constant-time comparison of two tokens."""
-    return hmac.compare_digest(sent.encode(), expected.encode())
+    """Constant-time comparison of two tokens. Ours are ASCII: anything else (a header's
+    undecodable bytes arrive as surrogates) is simply not the token."""
+    if not sent.isascii():
+        return False
+    return hmac.compare_digest(sent.encode("ascii"), expected.encode("ascii"))
 
 
 class Sessions:
@@ -114,8 +136,9 @@ class Sessions:
         session = Session(token, user, role, secrets.token_urlsafe(32),
                           self.clock() + self.lifetime_s)
         self.sessions[token] = session
-        while len(self.sessions) > MAX_SESSIONS:
-            self.sessions.popitem(last=False)
+        own = [t for t, s in self.sessions.items() if s.user == user]  # oldest first
+        for old in own[:-MAX_SESSIONS_PER_USER]:
+            del self.sessions[old]
         return session
 
     def get(self, token: str | None) -> Session | None:
@@ -133,7 +156,8 @@ class Sessions:
         if token:
             self.sessions.pop(token, None)
 
-    def drop_user(self, user: str) -> None:
-        """Log a user out everywhere (deleted, or role taken away)."""
-        for token in [t for t, s in self.sessions.items() if s.user == user]:
+    def drop_user(self, user: str, keep: str | None = None) -> None:
+        """Log a user out everywhere (deleted, password or role changed), but for the
+        session `keep` (the one that changed its own password)."""
+        for token in [t for t, s in self.sessions.items() if s.user == user and t != keep]:
             del self.sessions[token]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import difflib
 import secrets
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +79,15 @@ def field_errors(lines: list[str], prefix: str = "") -> tuple[dict[str, str], li
         else:
             general.append(line)
     return fields, general
+
+
+def keep_fields(errors: Mapping[str, str], general: list[str], inputs: Container[str]
+                ) -> tuple[dict[str, str], list[str]]:
+    """The errors of `errors` that belong to an input of the form (`inputs`), and `general`
+    with every other one added as `key: message`: an error no input shows is never lost."""
+    placed = {key: message for key, message in errors.items() if key in inputs}
+    rest = [f"{key}: {message}" for key, message in errors.items() if key not in inputs]
+    return placed, [*general, *rest]
 
 
 class ConfigFile:

@@ -24,7 +24,7 @@ from aiohttp import web
 from bridge.runtime import Bridge
 from gateway.base.settings import ConfigError
 from gateway.broker.engine.broker import Broker
-from outpost.config import Config
+from outpost.config import Config, ConsoleConfig
 from outpost.console.auth import Accounts, Session, Sessions
 from outpost.console.changes import ConfigFile, Edit, Proposal, field_errors
 from outpost.console.html import frame
@@ -64,6 +64,12 @@ class Console:
     @staticmethod
     def new_token() -> str:
         return secrets.token_urlsafe(32)
+
+    def accounts_changed(self, config: ConsoleConfig, keep: str | None = None) -> None:
+        """Read the users again; end the sessions of those deleted, whose password or role
+        changed (but for the session `keep`: the one that changed its own password)."""
+        for user in self.accounts.reload(config):
+            self.sessions.drop_user(user, keep)
 
 
 CONSOLE = web.AppKey("console", Console)
@@ -107,6 +113,22 @@ def propose(request: web.Request, edit: Edit, summary: str, back: str, prefix: s
     session.pending.clear()  # one change at a time: an older review is out of date anyway
     session.pending[proposal.id] = proposal
     raise web.HTTPSeeOther(f"/console/changes/{proposal.id}")
+
+
+def index_in(text: str, count: int) -> int | None:
+    """`text` as an index below `count` (plain ASCII digits), else None."""
+    if text.isascii() and text.isdigit() and len(text) <= 9 and int(text) < count:
+        return int(text)
+    return None
+
+
+def path_index(request: web.Request, name: str, count: int, what: str) -> int:
+    """The path parameter `name` as an index below `count`; else 404 naming `what`."""
+    text = request.match_info[name]
+    index = index_in(text, count)
+    if index is None:
+        raise web.HTTPNotFound(text=f"no {what} {text!r}\n")
+    return index
 
 
 def pending(request: web.Request) -> Proposal:

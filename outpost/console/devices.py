@@ -5,7 +5,9 @@ How this works: a device form's inputs are named by their key path inside the de
 so a configuration error (`bridge.devices.3.points.0.address: ...`) lands next to the input
 it is about. `device_table` turns a submitted form into the TOML table (numbers where the
 text is one; anything else is left as typed so the check names it), and the `*_edit`
-functions return the document edits that `ConfigFile.propose` applies.
+functions return the document edits that `ConfigFile.propose` applies. A form holds at most
+`MAX_POINT_ROWS` point rows (`sent_rows` refuses more): what a page renders back is bounded
+by what one of our pages can send, not by the numbers in a posted key.
 
 `probe` is the engine of `outpost modbus probe --map`: one request per point, no retries,
 each point decoded or its failure given. It reads over the bridge's own bus when that bus is
@@ -15,6 +17,7 @@ one-off connection that it closes again.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +43,11 @@ BUS_KEYS = ("type", "host", "port", "device", "baudrate", "parity")
 SERIAL_KEYS = ("name", "device", "baudrate", "parity", "delimiter", "parser", "pattern")
 SERIAL_POINT_KEYS = ("name", "field", "type", "unit", "deadband")
 NEW_BUS = "+new"
+MAX_POINT_ROWS = 64
+
+
+class FormError(ValueError):
+    """A form none of the console's pages sends (more point rows than they hold)."""
 
 
 def typed(text: str) -> Any:
@@ -53,12 +61,26 @@ def typed(text: str) -> Any:
     return text
 
 
-def _rows(form: Mapping[str, str], keys: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The point rows of a form (`points.N.key`), empty rows left out."""
+def sent_rows(form: Mapping[str, str]) -> list[int]:
+    """The point rows a form sent (the N of `points.N.key`), in order; raises `FormError`
+    for a row number that is not one below `MAX_POINT_ROWS`."""
+    rows = set()
+    for key in form:
+        if key.startswith("points."):
+            index = key.split(".")[1]
+            if not (index.isascii() and index.isdigit() and len(index) <= 3
+                    and int(index) < MAX_POINT_ROWS):
+                raise FormError(f"a form holds at most {MAX_POINT_ROWS} point rows "
+                                f"(points.0 to points.{MAX_POINT_ROWS - 1})")
+            rows.add(int(index))
+    return sorted(rows)
+
+
+def point_rows(form: Mapping[str, str], keys: tuple[str, ...]) -> list[tuple[int, dict[str, Any]]]:
+    """(row, point) for each point row of a form (`points.N.key`), empty rows left out: the
+    K-th point of the table the form becomes is on row `point_rows(...)[K][0]`."""
     points = []
-    for index in range(64):
-        if f"points.{index}.name" not in form:
-            break
+    for index in sent_rows(form):
         point: dict[str, Any] = {}
         for key in keys:
             value = form.get(f"points.{index}.{key}", "").strip()
@@ -69,8 +91,49 @@ def _rows(form: Mapping[str, str], keys: tuple[str, ...]) -> list[dict[str, Any]
                 numeric = key in ("address", "scale", "deadband")
                 point[key] = typed(value) if numeric else value
         if set(point) - {"table", "type"}:  # an empty row (defaults only) is no point
-            points.append(point)
+            points.append((index, point))
     return points
+
+
+def _rows(form: Mapping[str, str], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [point for _, point in point_rows(form, keys)]
+
+
+_ROW_PROBLEM = re.compile(r"""points\.([0-9]+) (?:'[^']*'|"[^"]*"): (.*)""", re.DOTALL)
+
+
+def row_errors(errors: Mapping[str, str], rows: list[int], keys: tuple[str, ...]
+               ) -> dict[str, str]:
+    """Errors of a device table (`points.K.key`, `points.K`, `points`) moved to the inputs of
+    the form rows they are about (`rows`: `point_rows`'s, the form row of the K-th point).
+
+    A problem of a whole point (`scale must not be 0`, `runs past register 65535`) goes to
+    the input of the key its message names first, else to the row's name; the others stay as
+    they were."""
+    placed: dict[str, str] = {}
+
+    def put(key: str, message: str) -> None:
+        placed[key] = f"{placed[key]}; {message}" if key in placed else message
+
+    for key, text in errors.items():
+        parts = key.split(".")
+        if parts[0] != "points" or len(parts) > 3:
+            put(key, text)
+            continue
+        for problem in text.removeprefix("Value error, ").split("; "):
+            point, sub, message = parts[1:2], parts[2:], problem
+            found = _ROW_PROBLEM.fullmatch(problem) if not point else None
+            if found:
+                point, message = [found.group(1)], found.group(2)
+            if not point or not point[0].isdigit() or int(point[0]) >= len(rows):
+                put(key, problem)
+                continue
+            if not sub:
+                named = [(match.start(), name) for name in keys
+                         if (match := re.search(rf"\b{name}\b", message))]
+                sub = [min(named)[1] if named else "name"]
+            put(f"points.{rows[int(point[0])]}.{sub[0]}", message)
+    return placed
 
 
 def serial_table(form: Mapping[str, str]) -> dict[str, Any]:

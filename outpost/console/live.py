@@ -6,7 +6,11 @@ values arrive at once, so a page opened later starts with the latest value of ev
 Each browser tab watching a device holds a bounded queue; a message for that device is put
 into it as one SSE event (`{"device", "point", "value", "unit", "quality"}` or
 `{"device", "status"}`). A tab that does not keep up loses the oldest events, never the
-gateway's memory. The SSE handler (outpost/console/server.py) drains the queue.
+gateway's memory. The SSE handler (outpost/console/pages_devices.py) drains the queue.
+
+Streams are capped per session (`PER_SESSION`: a few tabs), per user (`PER_USER`: a user
+has several sessions) and in all (`MAX_WATCHERS`), so that one user holding streams open
+cannot take the live pages of the others.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from gateway.broker.engine.links import Link
 
 CLIENT_ID = "$outpost-console"
 QUEUE_SIZE = 256
-MAX_WATCHERS = 32
+MAX_WATCHERS = 64
+PER_SESSION = 4
+PER_USER = 8
 
 
 class LiveValues:
@@ -33,6 +39,7 @@ class LiveValues:
         self.latest: dict[str, dict[str, dict[str, Any]]] = {}  # device -> point -> event
         # queue -> the device it follows (None: all)
         self.watchers: dict[asyncio.Queue[str | None], str | None] = {}
+        self.owners: dict[asyncio.Queue[str | None], tuple[str, str]] = {}  # (session, user)
         self.link: Link | None = None
 
     def attach(self, broker: Broker, clock: Callable[[], float]) -> None:
@@ -46,10 +53,22 @@ class LiveValues:
             self.link.close()
             self.link = None
 
-    def watch(self, device: str | None) -> asyncio.Queue[str | None] | None:
-        """A queue of the SSE events of `device` (None: every device), starting with the
-        latest values; None when too many tabs are watching."""
+    def refusal(self, session: str, user: str) -> str | None:
+        """Why one more stream of this session and user is refused, or None."""
+        owners = list(self.owners.values())
+        if sum(1 for s, _ in owners if s == session) >= PER_SESSION:
+            return f"at most {PER_SESSION} live views per login"
+        if sum(1 for _, u in owners if u == user) >= PER_USER:
+            return f"at most {PER_USER} live views per user"
         if len(self.watchers) >= MAX_WATCHERS:
+            return "too many live views open"
+        return None
+
+    def watch(self, device: str | None, session: str, user: str
+              ) -> asyncio.Queue[str | None] | None:
+        """A queue of the SSE events of `device` (None: every device), starting with the
+        latest values; None when over a cap (`refusal` says which)."""
+        if self.refusal(session, user) is not None:
             return None
         queue: asyncio.Queue[str | None] = asyncio.Queue(QUEUE_SIZE)
         for name, points in self.latest.items():
@@ -57,10 +76,12 @@ class LiveValues:
                 for event in points.values():
                     _offer(queue, json.dumps(event))
         self.watchers[queue] = device
+        self.owners[queue] = (session, user)
         return queue
 
     def unwatch(self, queue: asyncio.Queue[str | None]) -> None:
         self.watchers.pop(queue, None)
+        self.owners.pop(queue, None)
 
     def on_message(self, message: Message, qos: int, retain: bool) -> None:
         parts = message.topic[len(self.prefix) + 1:].split("/")

@@ -20,8 +20,16 @@ from tomlkit.toml_document import TOMLDocument
 
 from gateway.broker.engine.sys_topics import VERSION
 from outpost.config_store import ConfigStoreError
-from outpost.console.changes import StaleFileError, unified_diff
-from outpost.console.context import CONSOLE, audit, pending, propose, render, session_of
+from outpost.console.changes import StaleFileError, keep_fields, unified_diff
+from outpost.console.context import (
+    CONSOLE,
+    audit,
+    path_index,
+    pending,
+    propose,
+    render,
+    session_of,
+)
 from outpost.console.devices import append_table, typed
 from outpost.console.html import (
     button_form,
@@ -173,7 +181,9 @@ async def uplink_page(request: web.Request, errors: dict[str, str] | None = None
                f"{section.get('drain_rate') or 0:.1f} msg/s, ETA "
                f"{format_duration(section.get('eta_s'))}") if section else "no uplink figures"
     rules = []
-    errors = errors or {}
+    errors, general = keep_fields(errors or {}, general or [], {
+        "filter", "remote", "qos", "name",
+        *(f"rules.{i}.{key}" for i in range(len(config.forward)) for key in ("filter", "qos"))})
     for index, rule in enumerate(config.forward):
         if not session.can_change:
             rules.append([esc(config.rule_name(index)), esc(rule.filter), esc(rule.remote),
@@ -197,7 +207,7 @@ async def uplink_page(request: web.Request, errors: dict[str, str] | None = None
                                               "no forward rules", id="forward"))
     if session.can_change:
         remote_names = [(r.name, r.name) for r in config.remotes] or [("cloud", "cloud")]
-        body += (f"<h3>add a forward rule</h3>{general_errors(general or [])}"
+        body += (f"<h3>add a forward rule</h3>{general_errors(general)}"
                  f'<form method="post" action="/console/uplink/forward" id="forward-form">'
                  f'{csrf_input(session.csrf)}<div class="panel">'
                  + field("filter", "topic filter", "", errors, placeholder="devices/#")
@@ -239,8 +249,14 @@ async def add_forward(request: web.Request) -> web.StreamResponse:
     return await uplink_page(request, errors, general)
 
 
+def _rule_index(request: web.Request) -> int:
+    """The forward rule of the path (404 when the running configuration has no such rule)."""
+    rules = request.app[CONSOLE].config().uplink.forward
+    return path_index(request, "index", len(rules), "forward rule")
+
+
 async def edit_forward(request: web.Request) -> web.StreamResponse:
-    index = int(request.match_info["index"])
+    index = _rule_index(request)
     form = await request.post()
     changes = {key: typed(str(form[f"rules.{index}.{key}"])) if key == "qos"
                else str(form[f"rules.{index}.{key}"]).strip()
@@ -256,7 +272,7 @@ async def edit_forward(request: web.Request) -> web.StreamResponse:
 
 
 async def remove_forward(request: web.Request) -> web.StreamResponse:
-    index = int(request.match_info["index"])
+    index = _rule_index(request)
 
     def edit(document: TOMLDocument) -> None:
         del _forward_rules(document)[index]
@@ -311,7 +327,8 @@ async def history_page(request: web.Request) -> web.StreamResponse:
 async def rollback(request: web.Request) -> web.StreamResponse:
     console = request.app[CONSOLE]
     session = session_of(request)
-    number = int(request.match_info["version"])
+    numbers = [version.number for version in console.file.store.history()]
+    number = path_index(request, "version", max(numbers, default=0) + 1, "version")
     try:
         old = console.file.store.show(number)
         proposal = console.file.propose_text(console.file.read(), old,

@@ -3,9 +3,11 @@
 How this works: clients and retained topics are read from the status board and the broker at
 the moment of the request (at most `MAX_RETAINED` topics listed). Users are written by
 `set_password`, the code of `outpost passwd` (PBKDF2 in a worker thread, the file replaced
-atomically); then the daemon reloads, so the broker reads the password file again, and the
-console reads its own. A console user's role is a change of `[console] users`, reviewed like
-any other change. An ACL file is checked with the broker's own parser, written atomically and
+atomically; a name the file cannot hold is refused under its field and nothing is written);
+then the daemon reloads, so the broker reads the password file again, and the console reads
+its own: a deleted user, or one whose password changed, is logged out everywhere at once.
+A console user's role is a change of `[console] users`, reviewed like any other change. An
+ACL file is checked with the broker's own parser, written atomically and
 reloaded; a file the parser refuses is not written and the error is shown under it.
 """
 
@@ -19,9 +21,18 @@ from aiohttp import web
 from tomlkit.toml_document import TOMLDocument
 
 from gateway.broker.contracts.acl import AclError, parse_acl
+from gateway.broker.contracts.passwords import check_username
 from gateway.broker.net.security_files import set_password
 from outpost.config_store import atomic_write
-from outpost.console.context import CONSOLE, audit, propose, render, session_of
+from outpost.console.context import (
+    CONSOLE,
+    audit,
+    index_in,
+    path_index,
+    propose,
+    render,
+    session_of,
+)
 from outpost.console.html import attr, csrf_input, esc, field, general_errors, table
 
 MAX_RETAINED = 200
@@ -112,10 +123,8 @@ async def save_acl(request: web.Request) -> web.StreamResponse:
     """Check the ACL as the broker will read it, write it atomically, reload."""
     console = request.app[CONSOLE]
     session = session_of(request)
-    index = int(request.match_info["index"])
     files = _listener_files(request, "acl_file")
-    if index >= len(files):
-        raise web.HTTPNotFound(text="no such ACL file")
+    index = path_index(request, "index", len(files), "ACL file")
     label, path = files[index]
     text = str((await request.post()).get("acl", "")).replace("\r\n", "\n")
     try:
@@ -136,15 +145,19 @@ async def set_user(request: web.Request) -> web.StreamResponse:
     session = session_of(request)
     form = await request.post()
     files = _listener_files(request, "password_file")
-    choice = str(form.get("file", "0"))
-    if not choice.isdigit() or int(choice) >= len(files):
+    choice = index_in(str(form.get("file", "0")), len(files))
+    if choice is None:
         return await broker_page(request, {"file": "choose a password file"})
-    label, path = files[int(choice)]
+    label, path = files[choice]
     user = str(form.get("username", "")).strip()
     password = str(form.get("password", ""))
     delete = bool(form.get("delete"))
     if not delete and not password:
         return await broker_page(request, {"password": "empty password refused"})
+    try:  # (before the slow hash; `set_password` checks it again)
+        check_username(user)
+    except ValueError as exc:
+        return await broker_page(request, {"username": str(exc)})
     loop = asyncio.get_running_loop()
     try:  # PBKDF2 with the default iterations: a worker thread, not the event loop
         done = await loop.run_in_executor(None, set_password, path, user,
@@ -153,7 +166,9 @@ async def set_user(request: web.Request) -> web.StreamResponse:
         return await broker_page(request, {"username": str(exc)})
     audit(session.user, "user", done)
     console.reload()  # the broker reads its password files again
-    console.accounts.reload(console.config().console)  # (a [console] change would, too)
+    # The console's own users: a deleted one, or one with a new password, is logged out
+    # (this session stays when it changed its own password).
+    console.accounts_changed(console.config().console, keep=None if delete else session.token)
     session.notice = done
     role = str(form.get("role", ""))
     current = console.config().console.users.get(user)

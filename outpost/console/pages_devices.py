@@ -24,22 +24,29 @@ from bridge.serial.config import SerialPointConfig
 from bridge.serial.reader import CommandError
 from gateway.base.settings import ConfigError
 from outpost.config import config_folder
-from outpost.console.changes import field_errors
+from outpost.console.changes import field_errors, keep_fields
 from outpost.console.context import CONSOLE, audit, propose, render, session_of
 from outpost.console.devices import (
+    BUS_KEYS,
+    DEVICE_KEYS,
     NEW_BUS,
     POINT_KEYS,
+    SERIAL_KEYS,
     SERIAL_POINT_KEYS,
     Answer,
+    FormError,
     add_device_edit,
     add_serial_edit,
     device_table,
     enabled_edit,
+    point_rows,
     probe,
     probe_bus,
     probe_device,
     remove_device_edit,
     remove_serial_edit,
+    row_errors,
+    sent_rows,
     serial_table,
     typed,
     update_device_edit,
@@ -158,10 +165,11 @@ def _device_form(request: web.Request, form: Mapping[str, str], errors: Mapping[
         field("bus.parity", "parity", get("bus.parity", "N"), errors,
               options=[("N", "none"), ("E", "even"), ("O", "odd")]),
     ))
-    sent = [int(key.split(".")[1]) + 1 for key in form
-            if key.startswith("points.") and key.split(".")[1].isdigit()]
+    count = _row_count(form)
+    errors, general = _form_errors(form, errors, general, POINT_KEYS, count,
+                                   {*DEVICE_KEYS, "bus.name", *(f"bus.{k}" for k in BUS_KEYS)})
     rows = []
-    for i in range(max([POINT_ROWS, *sent])):
+    for i in range(count):
         rows.append([cell_input(f"points.{i}.{key}", get(f"points.{i}.{key}", ""), errors,
                                 kind="checkbox" if key == "writable" else "text",
                                 size=14 if key == "name" else 7)
@@ -195,8 +203,30 @@ def _answers(answers: list[Answer]) -> str:
 
 
 def _form_dict(form: Mapping[str, Any]) -> dict[str, str]:
-    return {key: value for key, value in form.items()
-            if isinstance(value, str) and key != "csrf"}
+    """The text fields of a posted form; 400 for a form none of our pages sends."""
+    fields = {key: value for key, value in form.items()
+              if isinstance(value, str) and key != "csrf"}
+    try:
+        sent_rows(fields)
+    except FormError as exc:
+        raise web.HTTPBadRequest(text=f"refused: {exc}\n") from None
+    return fields
+
+
+def _row_count(form: Mapping[str, str]) -> int:
+    """How many point rows a form shows: the rows sent (at most `MAX_POINT_ROWS`), at least
+    `POINT_ROWS`."""
+    return max([POINT_ROWS - 1, *sent_rows(form)]) + 1
+
+
+def _form_errors(form: Mapping[str, str], errors: Mapping[str, str], general: list[str],
+                 point_keys: tuple[str, ...], count: int, fields: set[str]
+                 ) -> tuple[dict[str, str], list[str]]:
+    """Every error next to an input the form shows (a point's under its row), the others at
+    the top: none is filed under a key no input has."""
+    rows = [row for row, _ in point_rows(form, point_keys)]
+    inputs = fields | {f"points.{i}.{key}" for i in range(count) for key in point_keys}
+    return keep_fields(row_errors(errors, rows, point_keys), general, inputs)
 
 
 async def new_device_page(request: web.Request) -> web.StreamResponse:
@@ -260,6 +290,9 @@ def _serial_form(request: web.Request, form: Mapping[str, str], errors: Mapping[
                  general: list[str]) -> web.Response:
     session = session_of(request)
     get = form.get
+    count = _row_count(form)
+    errors, general = _form_errors(form, errors, general, SERIAL_POINT_KEYS, count,
+                                   set(SERIAL_KEYS))
     device = "".join((
         field("name", "name", get("name", ""), errors),
         field("device", "serial port", get("device", ""), errors, placeholder="/dev/ttyUSB1"),
@@ -272,7 +305,7 @@ def _serial_form(request: web.Request, form: Mapping[str, str], errors: Mapping[
     ))
     rows = [[cell_input(f"points.{i}.{key}", get(f"points.{i}.{key}", ""), errors,
                         size=14 if key in ("name", "field") else 7)
-             for key in SERIAL_POINT_KEYS] for i in range(POINT_ROWS)]
+             for key in SERIAL_POINT_KEYS] for i in range(count)]
     body = (f'{general_errors(general)}<form method="post" action="/console/serial/new" '
             f'id="serial-form">{csrf_input(session.csrf)}<input type="hidden" name="parser" '
             f'value="regex"><div class="panel">{device}</div><h3>points (field: the regex '
@@ -331,9 +364,11 @@ async def device_page(request: web.Request, errors: Mapping[str, str] | None = N
                       general: list[str] | None = None) -> web.StreamResponse:
     device = _device(request)
     session = session_of(request)
-    errors = errors or {}
     state = _states(request).get(device.name, {})
     own = _own_points(request, device.name)
+    errors, general = keep_fields(errors or {}, general or [], {
+        "unit_id", "poll_interval", *(f"deadband.{p.name}" for p in device.points
+                                      if p.name in own)})
     values = state.get("points") or {}
     rows = []
     writes: list[str] = []
@@ -366,7 +401,7 @@ async def device_page(request: web.Request, errors: Mapping[str, str] | None = N
         settings = "".join((
             field("unit_id", "unit id", device.unit_id, errors),
             field("poll_interval", "poll every (s)", device.poll_interval, errors)))
-        body = (f"{general_errors(general or [])}{info}"
+        body = (f"{general_errors(general)}{info}"
                 f'<form method="post" action="/console/devices/{esc(device.name)}" '
                 f'id="edit-device">{csrf_input(session.csrf)}<div class="panel">{settings}</div>'
                 f'{points}<div class="actions"><button type="submit" id="save">review change'
@@ -397,8 +432,11 @@ async def edit_device(request: web.Request) -> web.StreamResponse:
         if new != point.deadband:
             points[point.name] = {"deadband": new}
     document, _ = console.file.document()
-    index = next(i for i, d in enumerate(document["bridge"]["devices"])
-                 if d.get("name") == device.name)
+    index = next((i for i, d in enumerate(document.get("bridge", {}).get("devices", []))
+                  if d.get("name") == device.name), None)
+    if index is None:  # the running configuration has it, the file no longer
+        raise web.HTTPConflict(text=f"{device.name} is no longer in {console.file.path}: "
+                               f"it was edited meanwhile\n")
     changed = ", ".join([*settings, *(f"{p}.deadband" for p in points)])
     errors, general = propose(request, update_device_edit(device.name, settings, points),
                               f"edit device {device.name} ({changed})",
@@ -474,9 +512,11 @@ async def write_point(request: web.Request) -> web.StreamResponse:
 async def live_stream(request: web.Request) -> web.StreamResponse:
     """Server-Sent Events: the values of one device (`?device=`), or of all."""
     live = request.app[CONSOLE].live
-    queue = live.watch(request.query.get("device") or None)
+    session = session_of(request)
+    queue = live.watch(request.query.get("device") or None, session.token, session.user)
     if queue is None:
-        return web.Response(status=503, text="too many live views open\n")
+        return web.Response(status=503,
+                            text=f"refused: {live.refusal(session.token, session.user)}\n")
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-store"})
     await response.prepare(request)

@@ -9,8 +9,13 @@ address, same TLS, same loopback rule) and serves both:
 - the console under `/console/`: nothing but `/console/login` and `/console/static/*` before a
   login; every other path needs a session cookie (a page redirects to the login, anything else
   gets 401). Every POST needs the session's CSRF token, and every POST but logging out needs
-  the admin role (a viewer gets 403). Responses carry a Content-Security-Policy that allows
-  only the console's own script and stylesheet.
+  the admin role (a viewer gets 403), and a POST whose `Origin` (or, without one, `Referer`)
+  is another site's is refused (403) whatever it carries. A body that is not valid form data
+  (bad UTF-8, an unknown charset) is a 400 before any handler runs. Every answer, errors and
+  404s included, carries a Content-Security-Policy that allows only the console's own script
+  and stylesheet, and the other security headers (`_security_headers`).
+- the listener is bounded (outpost/http_guard.py): connections per address and in all, and
+  deadlines for a request's head and body.
 
 `Console` holds what the pages need (the board, the broker, the bridge, the live values, the
 configuration file, the accounts and sessions, and `reload`: the daemon's SIGHUP path). The
@@ -19,6 +24,7 @@ pages themselves are in outpost/console/pages_*.py; each registers its routes.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -27,7 +33,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from aiohttp import web
 from prometheus_client import generate_latest
@@ -38,11 +44,12 @@ from gateway.broker.engine.broker import Broker
 from outpost.config import Config
 from outpost.config_store import ConfigStore
 from outpost.console import pages_admin, pages_broker, pages_devices
-from outpost.console.auth import Accounts, Sessions, same_token
+from outpost.console.auth import THROTTLE_MAX, Accounts, Sessions, TooManyAttemptsError, same_token
 from outpost.console.changes import ConfigFile
 from outpost.console.context import CONSOLE, Console, session_of
 from outpost.console.html import attr, field, frame
 from outpost.console.live import LiveValues
+from outpost.http_guard import serve_guarded
 from outpost.status import StatusBoard
 from outpost.status_http import (
     PAGE_CSP,
@@ -99,10 +106,12 @@ class ConsoleServer:
         self.registry = metrics_registry(parts.board)
         self.page = status_page()
         self.runner: web.AppRunner | None = None
+        self.listener: asyncio.Server | None = None
         self.app = self._app()
 
     def _app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_BODY)
+        app.on_response_prepare.append(_security_headers)
         app[CONSOLE] = self.console
         app.router.add_get("/", self._status_page)
         app.router.add_get("/status", self._status_json)
@@ -119,26 +128,25 @@ class ConsoleServer:
         return app
 
     def reload(self, config: Config) -> None:
-        """`[console]` changed (users, roles, password file): applied live."""
-        self.console.accounts.reload(config.console)
-        for user in list({s.user for s in self.console.sessions.sessions.values()}):
-            if config.console.users.get(user) is None:
-                self.console.sessions.drop_user(user)
+        """`[console]` changed (users, roles, password file): applied live; the sessions of
+        users deleted or whose password or role changed end."""
+        self.console.accounts_changed(config.console)
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         self.console.live.attach(self.console.broker, self.console.broker_clock)
         self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
                                     shutdown_timeout=2.0)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, host, port, ssl_context=self.tls, reuse_address=True)
-        await site.start()
-        server = site._server  # aiohttp keeps the asyncio server here; it has the real port
-        assert server is not None
-        sockname = server.sockets[0].getsockname()  # type: ignore[attr-defined]
+        assert self.runner.server is not None
+        self.listener = await serve_guarded(self.runner.server, host, port, self.tls)
+        sockname = self.listener.sockets[0].getsockname()
         return str(sockname[0]), int(sockname[1])
 
     async def close(self) -> None:
         self.console.live.close()
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
         if self.runner is not None:
             with contextlib.suppress(Exception):
                 await self.runner.cleanup()
@@ -173,15 +181,12 @@ class ConsoleServer:
         elif path.startswith("/console/static/"):
             response = await handler(request)
             response.headers["Cache-Control"] = "no-cache"  # revalidated: 304 when unchanged
+        elif request.method == "POST" and (refused := await _post_refusal(request)):
+            return refused
         elif path in OPEN_PATHS:
             response = await handler(request)
         else:
             response = await self._console(request, handler)
-        response.headers.setdefault("Content-Security-Policy", CONSOLE_CSP)
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["X-Frame-Options"] = "DENY"
-        response.headers["Referrer-Policy"] = "same-origin"
-        response.headers.setdefault("Cache-Control", "no-store")
         return response
 
     async def _console(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -208,8 +213,54 @@ class ConsoleServer:
     async def _basic_ok(self, request: web.Request) -> bool:
         users = self.status_users
         assert users is not None
-        found = basic_credentials(request.headers.get("Authorization", "").encode("latin-1"))
+        # (header values are decoded as UTF-8 with surrogate escapes: this gives the bytes back)
+        found = basic_credentials(request.headers.get("Authorization", "").encode(
+            "utf-8", "surrogateescape"))
         return found is not None and await check_password(users, *found)
+
+
+async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """On every answer the application gives (the 404 of an unknown path, an exception's
+    answer and a stream included), just before its head is sent."""
+    response.headers.setdefault("Content-Security-Policy", CONSOLE_CSP)
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers.setdefault("Cache-Control", "no-store")
+
+
+def _foreign_origin(request: web.Request) -> str | None:
+    """The other site a POST comes from (its `Origin`, else its `Referer`), None when it
+    names ours or neither header is sent (a script: the CSRF token decides alone)."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        referer = request.headers.get("Referer")
+        if referer is None:
+            return None
+        try:
+            parts = urlsplit(referer)
+        except ValueError:
+            return referer
+        origin = f"{parts.scheme}://{parts.netloc}"
+    own = f"{request.scheme}://{request.host}"
+    return None if origin.lower() == own.lower() else origin
+
+
+async def _post_refusal(request: web.Request) -> web.StreamResponse | None:
+    """A POST from another site (403), or whose body is not form data we can read (400);
+    None when it may go on (its form is parsed, and kept for the handler)."""
+    foreign = _foreign_origin(request)
+    if foreign is not None:
+        log.warning("console: POST %s from %r refused: another origin", request.path,
+                    foreign, extra={"peer": request.remote or "?"})
+        return web.Response(status=403, text="refused: this form was sent from another site\n")
+    try:
+        await request.post()
+    except (ValueError, LookupError) as exc:  # bad UTF-8, unknown charset, broken multipart
+        log.warning("console: POST %s refused: unreadable form (%s)", request.path,
+                    type(exc).__name__, extra={"peer": request.remote or "?"})
+        return web.Response(status=400, text="refused: the form is not valid UTF-8 form data\n")
+    return None
 
 
 async def _to_console(request: web.Request) -> web.StreamResponse:
@@ -257,8 +308,16 @@ async def login(request: web.Request) -> web.StreamResponse:
     user = str(form.get("username", ""))
     password = str(form.get("password", ""))
     source = request.remote or "?"
-    role = await console.accounts.login(user, password, source, console.clock)
     next_path = _safe_next(form.get("next"))
+    try:
+        role = await console.accounts.login(user, password, source, console.clock)
+    except TooManyAttemptsError as exc:
+        log.warning("console: login of %r from %s refused: %s", user, source, exc,
+                    extra={"console_user": user, "peer": source})
+        body = _login_form(token, next_path, str(exc), user)
+        return web.Response(status=429, text=frame("log in", body, gateway=console.gateway_id),
+                            content_type="text/html",
+                            headers={"Retry-After": f"{THROTTLE_MAX:.0f}"})
     if role is None:
         log.warning("console: login of %r from %s refused", user, source,
                     extra={"console_user": user, "peer": source})

@@ -5,6 +5,7 @@ Selenium Manager never looks for or downloads anything), and plain HTTP sessions
 
 from __future__ import annotations
 
+import http.client
 import http.cookiejar
 import re
 import urllib.error
@@ -141,3 +142,27 @@ class HttpSession:
         found = re.search(r'name="csrf" value="([^"]+)"', page)
         assert found is not None, page
         return found.group(1)
+
+    def raw(self, method: str, path: str, body: bytes = b"",
+            headers: dict[str, str | bytes] | None = None, source: str = "127.0.0.1"
+            ) -> tuple[int, dict[str, str], str]:
+        """One request as sent, bytes and all (urllib would encode or refuse them), with the
+        session's cookies, from the loopback address `source`: (status, headers, body)."""
+        url = urllib.parse.urlsplit(self.base)
+        connection = http.client.HTTPConnection(url.hostname or "", url.port, timeout=20,
+                                                source_address=(source, 0))
+        try:
+            connection.putrequest(method, path)
+            cookies = "; ".join(f"{c.name}={c.value}" for c in self.jar)
+            sent: dict[str, str | bytes] = {"Cookie": cookies} if cookies else {}
+            if body:
+                sent["Content-Type"] = "application/x-www-form-urlencoded"
+            for name, value in {**sent, **(headers or {}),
+                                "Content-Length": str(len(body))}.items():
+                connection.putheader(name, value)
+            connection.endheaders(body)
+            response = connection.getresponse()
+            return (response.status, dict(response.getheaders()),
+                    response.read().decode("utf-8", "replace"))
+        finally:
+            connection.close()

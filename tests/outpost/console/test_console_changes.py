@@ -123,7 +123,7 @@ def test_a_refused_reload_puts_the_running_file_back(config_file: ConfigFile) ->
 def test_a_slow_tab_loses_the_oldest_values_only() -> None:
     async def scenario() -> None:
         live = LiveValues("devices")
-        queue = live.watch("plc")
+        queue = live.watch("plc", "session", "alice")
         assert queue is not None
         for n in range(QUEUE_SIZE + 10):
             payload = json.dumps({"value": n, "unit": "°C", "quality": "good"}).encode()

@@ -114,8 +114,11 @@ def test_failed_logins_slow_the_next_ones_from_that_address(tmp_path: Path) -> N
                 await accounts.login("alice", "secret", "10.0.0.7", now)]
 
     assert asyncio.run(attempts()) == [None, None, "admin"]
-    assert accounts.throttle.delay("10.0.0.9", clock[0]) == 1.0  # 0.5 s, doubled
-    assert accounts.throttle.delay("10.0.0.7", clock[0]) == 0.0
+    assert accounts.throttle.failures("address 10.0.0.9", clock[0]) == 2
+    assert accounts.throttle.gap(2) == 1.0  # 0.5 s, doubled
+    # the right password took its own count back: nothing slows 10.0.0.7 or alice
+    assert accounts.throttle.failures("address 10.0.0.7", clock[0]) == 0
+    assert accounts.throttle.failures("user alice", clock[0]) == 1  # the wrong one
 
 
 def test_a_probe_reads_a_meter_on_a_new_serial_bus(gateway: Outpost, tmp_path: Path) -> None:
