@@ -187,6 +187,27 @@ def step_a_wrong_value_shows_at_its_field_and_changes_nothing(site: Site, browse
     assert site.config_path.read_text() == before
 
 
+def step_wrong_values_of_a_new_device_and_a_user_show_at_their_fields(site: Site,
+                                                                       browser: Any) -> None:
+    """An infinite interval, a point's zero scale (a problem of the whole point, shown in its
+    row) and a user name the password file cannot hold: each under its own input."""
+    before = site.config_path.read_text()
+    users = (site.workdir / "users").read_bytes()
+    browser.get(site.console + "devices/new")
+    fill(browser, {"name": "meter-2", "bus": "line", "unit_id": "3", "address_base": "0",
+                   "poll_interval": "1e309", "points.1.name": "energy",
+                   "points.1.address": "4", "points.1.scale": "0"})
+    click(browser, "#review")
+    text_of(browser, '[data-error-for="poll_interval"]', "finite")
+    text_of(browser, '[data-error-for="points.1.scale"]', "scale must not be 0")
+    browser.get(site.console + "broker")
+    fill(browser, {"file": "0", "username": "#hidden", "password": "pw"})
+    click(browser, "#save-user")
+    text_of(browser, '[data-error-for="username"]', "must not start with '#'")
+    assert site.config_path.read_text() == before
+    assert (site.workdir / "users").read_bytes() == users
+
+
 def step_change_a_deadband(site: Site, browser: Any) -> None:
     browser.get(site.console + "devices/plc")
     fill(browser, {"deadband.temperature": "2.5"})
@@ -278,7 +299,7 @@ def step_history_lists_the_versions_and_rolls_back(site: Site, browser: Any,
     assert mqtt.wait("devices/meter-1/status", lambda s: s == "offline") == "offline"
 
 
-@pytest.mark.timeout(600)  # thirteen steps, each waiting for what the browser shows
+@pytest.mark.timeout(600)  # fourteen steps, each waiting for what the browser shows
 def test_a_technician_sets_the_site_up_in_the_browser(site: Site, browser: Any,
                                                        mqtt: Watcher) -> None:
     step_log_in(site, browser)
@@ -287,6 +308,7 @@ def test_a_technician_sets_the_site_up_in_the_browser(site: Site, browser: Any,
     step_add_a_serial_line_device(site, browser, mqtt)
     step_live_values_are_pushed_to_the_device_page(site, browser)
     step_a_wrong_value_shows_at_its_field_and_changes_nothing(site, browser)
+    step_wrong_values_of_a_new_device_and_a_user_show_at_their_fields(site, browser)
     step_change_a_deadband(site, browser)
     step_write_a_writable_point(site, browser)
     step_add_a_forward_rule(site, browser)
