@@ -89,6 +89,17 @@ def start_outpost(
                    lines)
 
 
+def closed_by_server(sock: socket.socket) -> bool:
+    """Has the server closed this connection (without reading from it for the test)?"""
+    sock.settimeout(0.0)
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionError:
+        return True
+
+
 def http_get(url: str, method: str = "GET", timeout: float = 10.0
              ) -> tuple[int, dict[str, str], bytes]:
     """(status, headers, body) of one request; no proxy."""

@@ -20,6 +20,7 @@ from tests.outpost.support import (
     MovingDevice,
     Outpost,
     bridge_config,
+    closed_by_server,
     http_get,
     start_outpost,
     status_json,
@@ -183,6 +184,25 @@ def test_http_edges(gateway: Outpost) -> None:
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         sock.sendall(b"garbage\r\n\r\n")
         assert sock.recv(100).startswith(b"HTTP/1.1 400")
+
+
+def test_one_address_cannot_take_every_status_connection(gateway: Outpost) -> None:
+    """Connections held open without a request: beyond the address's 8, closed at once, and
+    another address is still answered."""
+    host, port = gateway.url("").split("//")[1].strip("/").split(":")
+    held = []
+    try:
+        for _ in range(12):
+            sock = socket.socket()
+            sock.bind(("127.0.0.6", 0))
+            sock.connect((host, int(port)))
+            held.append(sock)
+        wait_for(lambda: sum(closed_by_server(sock) for sock in held) >= 12 - 8,
+                 message="the connections beyond the cap are still open")
+        assert http_get(gateway.url("/status"))[0] == 200  # from 127.0.0.1
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def test_status_port_taken_is_a_warning_not_a_failure(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from gateway.broker.net.security_files import set_password
 from outpost.cli import main
 from outpost.config import parse_config
 from tests.outpost.console.support import HttpSession
-from tests.outpost.support import Outpost, start_outpost
+from tests.outpost.support import Outpost, closed_by_server, start_outpost
 from tests.support.waiting import wait_for
 
 USERS = {"admin": "admin", "viewer": "viewer", "guess": "viewer", "gone": "viewer",
@@ -357,14 +357,3 @@ def test_one_address_cannot_take_every_connection(gateway: Outpost) -> None:
     finally:
         for sock in held:
             sock.close()
-
-
-def closed_by_server(sock: socket.socket) -> bool:
-    """Has the server closed this connection?"""
-    sock.settimeout(0.0)
-    try:
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except BlockingIOError:
-        return False
-    except ConnectionError:
-        return True
