@@ -1,4 +1,5 @@
-"""`outpost modbus plan|probe` and `outpost opcua browse|probe`: thin commands over the families.
+"""`outpost modbus plan|probe`, `outpost opcua browse|probe`, `outpost s7 probe`: thin commands
+over the families.
 
 `modbus probe` reads once, without retries: either a block of registers decoded every way
 (`--address`, `--count`), or every point of a device map or shipped profile (`--map
@@ -8,6 +9,10 @@ and why not.
 `opcua browse ENDPOINT [NODE]` lists node ids to configure; `opcua probe ENDPOINT` shows the
 server's endpoints and certificate, and with `--config FILE --device NAME` reads every point of
 a configured device once (bridge/opcua/tools.py; asyncua is imported only by these commands).
+
+`s7 probe HOST[:PORT] --point ADDRESS[:TYPE] ...` or `s7 probe --config FILE --device NAME`
+connects to a PLC, prints the PDU size it agreed to and the read plan for it, and reads every
+point once (bridge/s7/tools.py; python-snap7 is imported only by this command).
 """
 
 from __future__ import annotations
@@ -31,14 +36,17 @@ from bridge.modbus.config import BusConfig, DeviceConfig, PointConfig
 from bridge.modbus.frames import Request
 from bridge.modbus.plan import BIT_TABLES, READ_FUNCTION
 from bridge.opcua.config import OpcUaDeviceConfig
+from bridge.s7.config import S7DeviceConfig
 from gateway.base.settings import ConfigError, format_errors
 
 TABLES = ("coil", "discrete", "holding", "input")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `modbus plan|probe` and `opcua browse|probe` under the `outpost` parser."""
+    """Register `modbus plan|probe`, `opcua browse|probe` and `s7 probe` under the `outpost`
+    parser."""
     _add_opcua_parser(sub)
+    _add_s7_parser(sub)
     modbus = sub.add_parser("modbus", help="Modbus tools: read plan, probe a device")
     commands = modbus.add_subparsers(dest="modbus_command", required=True)
     plan = commands.add_parser("plan", help="print the requests one poll cycle makes")
@@ -351,3 +359,95 @@ def _opcua_target(args: argparse.Namespace, load_bridge: Callable[[Path], Bridge
         data |= {"username": args.username,
                  "password": os.environ.get("OUTPOST_OPCUA_PASSWORD", "")}
     return OpcUaDeviceConfig.model_validate(data)
+
+
+# -- outpost s7 ---------------------------------------------------------------------------------
+
+def _add_s7_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s7 = sub.add_parser("s7", help="Siemens S7 tools: probe a PLC")
+    commands = s7.add_subparsers(dest="s7_command", required=True)
+    probe = commands.add_parser(
+        "probe", help="connect to a PLC, print the PDU size and the read plan, and read every "
+        "point once (--point ..., or --config and --device)",
+        description="Addresses in TIA Portal notation: DB10.DBD4, DB10.DBX2.3, M0.1, IW64.")
+    probe.add_argument("host", nargs="?", help="HOST or HOST:PORT (default port 102; default: "
+                       "the device's, with --config)")
+    probe.add_argument("--point", action="append", default=[], metavar="ADDRESS[:TYPE]",
+                       help="an address and its S7 type, e.g. DB10.DBD4:REAL or M0.1 "
+                       "(repeatable; a bit needs no type)")
+    probe.add_argument("--config", type=Path, help="TOML configuration file")
+    probe.add_argument("--device", help="an [[bridge.s7]] device of --config")
+    probe.add_argument("--rack", type=int, default=0)
+    probe.add_argument("--slot", type=int, default=1,
+                       help="1 for S7-1200/1500 (default), 2 for S7-300")
+    probe.add_argument("--tsap", help="remote TSAP instead of rack/slot, e.g. 02.00")
+    probe.add_argument("--pdu-size", type=int, default=480)
+    probe.add_argument("--timeout", type=float, default=2.0, help="seconds (default 2)")
+
+
+def run_s7(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig]) -> int:
+    """Dispatch `outpost s7 ...` (`load_bridge` as for `run`)."""
+    try:
+        config = _s7_target(args, load_bridge)
+    except ConfigError as exc:
+        print(f"{exc.source}: invalid configuration", file=sys.stderr)
+        for line in exc.errors:
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        print("s7: invalid arguments:", file=sys.stderr)
+        for line in format_errors(exc, S7DeviceConfig):
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"s7: {exc}", file=sys.stderr)
+        return 2
+    # python-snap7 is an optional dependency: only this command loads it.
+    try:
+        from bridge.s7 import tools  # noqa: PLC0415
+    except ImportError as exc:
+        print(f"s7: {exc} (install the s7 extra: pip install 'outpost[s7]')", file=sys.stderr)
+        return 2
+    try:
+        lines, failed = asyncio.run(tools.probe(config))
+    except Exception as exc:  # every failure of a one-off command is its answer
+        print(f"s7 probe failed: {exc or type(exc).__name__}", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line)
+    return 1 if failed else 0
+
+
+def _s7_target(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig],
+               ) -> S7DeviceConfig:
+    """The PLC to probe: from --config/--device, or made from the arguments."""
+    if args.config is not None or args.device is not None:
+        if args.config is None or args.device is None:
+            raise ValueError("--config and --device go together")
+        devices = {d.name: d for d in load_bridge(args.config).s7}
+        if args.device not in devices:
+            raise ValueError(f"no [[bridge.s7]] device {args.device!r} in {args.config} "
+                             f"(devices: {', '.join(sorted(devices)) or 'none'})")
+        device = devices[args.device]
+        if args.host:
+            host, _, port = args.host.partition(":")
+            device = device.model_copy(update={"host": host, "port": int(port or 102)})
+        return device
+    if not args.host:
+        raise ValueError("probe needs a HOST (or --config FILE --device NAME)")
+    host, _, port = args.host.partition(":")
+    points = []
+    for i, text in enumerate(args.point):
+        address, _, kind = text.partition(":")
+        point: dict[str, Any] = {"name": f"p{i + 1}", "address": address}
+        if kind:
+            point["type"] = kind.upper()
+        points.append(point)
+    data: dict[str, Any] = {"name": "probe", "host": host, "port": int(port or 102),
+                            "pdu_size": args.pdu_size, "timeout": args.timeout,
+                            "points": points}
+    if args.tsap:
+        data["tsap"] = args.tsap
+    else:
+        data |= {"rack": args.rack, "slot": args.slot}
+    return S7DeviceConfig.model_validate(data)

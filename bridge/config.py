@@ -2,9 +2,10 @@
 
 How this works: `BridgeConfig` aggregates the models of each device family (Modbus buses and
 devices from bridge/modbus/config.py, serial line devices from bridge/serial/config.py, OPC UA
-servers from bridge/opcua/config.py) and holds the checks that involve several of them
-(duplicate names, devices on unknown buses, unit ids used twice on a bus, one RTU-over-TCP
-converter behind two buses, a name used by two families, a port used by two kinds).
+servers from bridge/opcua/config.py, S7 PLCs from bridge/s7/config.py) and holds the checks
+that involve several of them (duplicate names, devices on unknown buses, unit ids used twice
+on a bus, one RTU-over-TCP converter behind two buses, a name used by two families, a port used
+by two kinds).
 Those are field validators on the list that holds the entries, so their path names the list and
 the message names the entries (`devices.2 'meter-3': unknown bus 'rs485-2'`).
 
@@ -28,6 +29,7 @@ from bridge.driver import DeviceSettings
 from bridge.modbus.config import BusConfig, DeviceConfig
 from bridge.opcua.config import OpcUaDeviceConfig
 from bridge.point import check_unique
+from bridge.s7.config import S7DeviceConfig
 from bridge.serial.config import SerialDeviceConfig
 from gateway.base.settings import Section
 
@@ -85,6 +87,7 @@ class BridgeConfig(Section):
     devices: list[DeviceConfig] = Field(default_factory=list)
     serial: list[SerialDeviceConfig] = Field(default_factory=list)
     opcua: list[OpcUaDeviceConfig] = Field(default_factory=list)
+    s7: list[S7DeviceConfig] = Field(default_factory=list)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -161,13 +164,17 @@ class BridgeConfig(Section):
         problems += check_unique([d.name for d in self.opcua], "opcua", "device name")
         problems += [f"opcua.{i}: device name {d.name!r} is also a Modbus or serial device"
                      for i, d in enumerate(self.opcua) if d.name in taken]
+        taken |= {d.name for d in self.opcua}
+        problems += check_unique([d.name for d in self.s7], "s7", "device name")
+        problems += [f"s7.{i}: device name {d.name!r} is also a Modbus, serial or OPC UA "
+                     f"device" for i, d in enumerate(self.s7) if d.name in taken]
         if problems:
             raise ValueError("; ".join(problems))
         return self
 
     def device_configs(self) -> list[DeviceSettings]:
         """Every device of every family, in family then configuration order."""
-        return [*self.devices, *self.serial, *self.opcua]
+        return [*self.devices, *self.serial, *self.opcua, *self.s7]
 
     def bus(self, name: str) -> BusConfig:
         """The bus called `name`."""

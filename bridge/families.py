@@ -15,6 +15,8 @@ part of the `[bridge]` model, which imports every family's configuration model.
   shared certificate store lives under the state directory (bridge/opcua/pki.py). asyncua
   takes seconds to import on a small board, so it is imported when the first OPC UA device
   is opened, not by every gateway that has none.
+- S7: an `S7Device` per `[[bridge.s7]]` entry, each with its own connection, nothing shared.
+  python-snap7 (the optional `s7` extra) is imported when the first S7 device is opened.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from bridge.modbus.bus import ModbusBus
 from bridge.modbus.config import BusConfig, DeviceConfig
 from bridge.modbus.poller import DevicePoller
 from bridge.opcua.config import OpcUaDeviceConfig
+from bridge.s7.config import S7DeviceConfig
 from bridge.serial.config import SerialDeviceConfig
 from bridge.serial.reader import SerialLineDevice
 
@@ -117,6 +120,31 @@ class OpcUaFamily:
 
         pki = Pki(self.state_dir / "opcua") if self.state_dir is not None else None
         return OpcUaDevice(device, context, pki)
+
+    def close(self) -> None:
+        """Nothing shared to close."""
+
+
+class S7Family:
+    """Siemens S7 PLCs, each a device with its own connection."""
+
+    kind = "s7"
+
+    def configs(self, bridge: BridgeConfig) -> Sequence[S7DeviceConfig]:
+        """`[[bridge.s7]]`."""
+        return bridge.s7
+
+    def environment(self, device: S7DeviceConfig, bridge: BridgeConfig) -> None:
+        """Nothing beyond the device's own configuration."""
+
+    def configure(self, bridge: BridgeConfig) -> None:
+        """Nothing shared to open."""
+
+    def open(self, device: S7DeviceConfig, context: DeviceContext) -> Device:
+        """A device that opens its own connections."""
+        from bridge.s7.device import S7Device  # noqa: PLC0415 (optional dependency: python-snap7)
+
+        return S7Device(device, context)
 
     def close(self) -> None:
         """Nothing shared to close."""

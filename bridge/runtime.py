@@ -4,7 +4,7 @@ How this works: `Bridge.start` attaches to the broker through one in-process `Li
 (gateway/broker/engine/links.py), publishes every device's retained status as `offline`,
 subscribes to `<prefix>/+/+/set`, and starts one supervised task per device plus one
 diagnostics task. Devices come from the families of the driver interface (bridge/driver.py:
-Modbus, serial, OPC UA), which the bridge treats alike. Devices publish point values through
+Modbus, serial, OPC UA, S7), which the bridge treats alike. Devices publish point values through
 the link; a device's first answer flips its status to `online`.
 
 Status and crashes: there is no will per device (one link, many devices), so the bridge keeps
@@ -58,7 +58,7 @@ from typing import Any, Protocol
 
 from bridge.config import BridgeConfig
 from bridge.driver import Device, DeviceContext, Family, WriteError
-from bridge.families import ModbusFamily, OpcUaFamily, SerialFamily
+from bridge.families import ModbusFamily, OpcUaFamily, S7Family, SerialFamily
 from bridge.modbus.bus import ModbusBus
 from bridge.modbus.poller import DevicePoller
 from bridge.report import OFFLINE, ONLINE, diagnostics_payload
@@ -117,7 +117,7 @@ class Bridge:
         self.prefix = config.prefix
         self.modbus = ModbusFamily()
         self.families: list[Family[Any, BridgeConfig]] = [
-            self.modbus, SerialFamily(), OpcUaFamily(self.state_dir)]
+            self.modbus, SerialFamily(), OpcUaFamily(self.state_dir), S7Family()]
         for family in self.families:
             family.configure(config)
         self.devices: dict[str, Device] = {}

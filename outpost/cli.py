@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "with (default: the system's; through --config: the configured "
                         "tls_cert itself)")
 
-    bridge_cli.add_parser(sub)  # outpost modbus plan|probe, outpost opcua browse|probe
+    bridge_cli.add_parser(sub)  # outpost modbus plan|probe, opcua browse|probe, s7 probe
     _add_update_parser(sub)
     _add_config_parser(sub)
     enroll = sub.add_parser("enroll", help="first contact: make this gateway's key pair, get "
@@ -547,6 +547,11 @@ def cmd_opcua(args: argparse.Namespace) -> int:
     return bridge_cli.run_opcua(args, lambda path: load_config(path).bridge)
 
 
+def cmd_s7(args: argparse.Namespace) -> int:
+    """`outpost s7 probe`: the bridge's S7 tool."""
+    return bridge_cli.run_s7(args, lambda path: load_config(path).bridge)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point."""
     args = build_parser().parse_args(argv)
@@ -560,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         "status": cmd_status,
         "modbus": cmd_modbus,
         "opcua": cmd_opcua,
+        "s7": cmd_s7,
         "update": cmd_update,
         "config": cmd_config,
         "enroll": cmd_enroll,

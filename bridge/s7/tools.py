@@ -1,0 +1,65 @@
+"""`outpost s7 probe`: check a PLC before configuring it, and see how its points are read.
+
+`probe` connects as the device would (TSAPs, PDU size), prints the PDU size the PLC agreed
+to and the read plan for it (each request with its items, their bytes and the points they
+carry: bridge/s7/plan.py), then reads every point once with that plan and prints one line per
+point: its value and unit, or why it fails (a DB that does not exist, an address past a DB's
+end, access refused, with what an S7-1200/1500 needs).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from bridge.driver import DeviceContext
+from bridge.s7.config import S7DeviceConfig
+from bridge.s7.device import S7Device
+from bridge.s7.plan import describe
+from bridge.s7.session import open_session
+
+
+async def probe(config: S7DeviceConfig) -> tuple[list[str], int]:
+    """The connection, the plan and every point read once; (lines, points that failed)."""
+    logging.getLogger("outpost.bridge.s7").setLevel(logging.CRITICAL)  # the lines say it
+    published: dict[str, dict[str, object]] = {}
+
+    def keep(topic: str, payload: bytes) -> None:
+        published[topic] = json.loads(payload)
+
+    device = S7Device(config, DeviceContext("probe", keep, lambda _device, _online: None))
+    session = await open_session(config)
+    try:
+        lines = [f"connected to {config.host}:{config.port} (remote TSAP "
+                 f"{config.remote_tsap():04X}), PDU {session.pdu} bytes"]
+        if not config.points:
+            return lines, 0
+        device.replan(session.pdu)
+        planned = len(device.plan)
+        await device.poll(session)
+        if len(device.alone):  # some points were read again apart: read once more so
+            await device.poll(session)
+        lines.append(f"plan: {len(device.plan)} request(s) per poll for {len(config.points)} "
+                     f"point(s)" + (f" ({planned} before points past a DB's end were read "
+                                    f"apart)" if planned != len(device.plan) else ""))
+        lines += describe(device.plan, session.pdu)
+    finally:
+        await session.close()
+    lines.append("")
+    lines.append(f"{'point':<24} {'address':<16} {'type':<14} result")
+    failed = 0
+    for name, state in device.points.items():
+        point = state.config
+        where = f"{name:<24} {point.address:<16} {point.kind:<14} "
+        if state.error is not None:
+            failed += 1
+            lines.append(where + f"FAILED: {state.error}")
+            continue
+        got = published.get(state.reporter.topic, {})
+        unit = f" {point.unit}" if point.unit else ""
+        quality = got.get("quality")
+        lines.append(where + f"{got.get('value')!r}{unit}"
+                     + ("" if quality == "good" else f" ({quality})"))
+    answered = len(config.points) - failed
+    lines.append(f"{answered} of {len(config.points)} point(s) answered, {failed} failed")
+    return lines, failed
