@@ -22,6 +22,8 @@ NPM_DIRS :=
 NPM_DIRS += tests/gateway/broker/e2e/mqttjs
 # node-opcua: the third-party OPC UA server of the bridge's OPC UA tests (tests/bridge/opcua/).
 NPM_DIRS += tests/bridge/opcua/node_server
+# node-snap7 (snap7's C S7 server, built with node-gyp): the S7 bridge tests' PLC (tests/bridge/s7/).
+NPM_DIRS += tests/bridge/s7/node_server
 
 .PHONY: demo test test-loaded lint typecheck unit soak fleet-test pipeline-test bench system-packages node-packages clean
 
