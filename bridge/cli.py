@@ -105,13 +105,18 @@ def cmd_plan(path: Path, load_bridge: Callable[[Path], BridgeConfig]) -> int:
     try:
         bridge = load_bridge(path)
     except ConfigError as exc:
-        print(f"{exc.source}: invalid configuration", file=sys.stderr)
-        for line in exc.errors:
-            print(f"  {line}", file=sys.stderr)
-        return 2
+        return _invalid(exc)
     for line in format_plan(bridge):
         print(line)
     return 0
+
+
+def _invalid(exc: ConfigError) -> int:
+    """Say why a configuration file does not load; the exit status of that (2)."""
+    print(f"{exc.source}: invalid configuration", file=sys.stderr)
+    for line in exc.errors:
+        print(f"  {line}", file=sys.stderr)
+    return 2
 
 
 def format_plan(bridge: BridgeConfig) -> list[str]:
@@ -309,10 +314,7 @@ def run_opcua(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConf
     try:
         config = _opcua_target(args, load_bridge)
     except ConfigError as exc:
-        print(f"{exc.source}: invalid configuration", file=sys.stderr)
-        for line in exc.errors:
-            print(f"  {line}", file=sys.stderr)
-        return 2
+        return _invalid(exc)
     except (ValueError, ValidationError) as exc:
         print(f"opcua: {exc}", file=sys.stderr)
         return 2
@@ -390,10 +392,7 @@ def run_s7(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig]
     try:
         config = _s7_target(args, load_bridge)
     except ConfigError as exc:
-        print(f"{exc.source}: invalid configuration", file=sys.stderr)
-        for line in exc.errors:
-            print(f"  {line}", file=sys.stderr)
-        return 2
+        return _invalid(exc)
     except ValidationError as exc:
         print("s7: invalid arguments:", file=sys.stderr)
         for line in format_errors(exc, S7DeviceConfig):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol, TypeVar
 
 from bridge.report import Reporter
@@ -44,6 +45,17 @@ NUMBERS = frozenset(DATATYPES[1:11])  # int8 ... float64
 
 class WriteError(Exception):
     """A write was refused or failed; the message goes to `.../set/result`."""
+
+
+def written_time(value: object) -> datetime:
+    """A date and time a write gives as ISO 8601 (`2026-11-27T14:03:00Z`); naive when it names
+    no offset (the family decides whose clock that is); WriteError when it is none."""
+    if not isinstance(value, str):
+        raise WriteError("expected an ISO 8601 date and time")
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise WriteError(f"{value!r} is not an ISO 8601 date and time") from None
 
 
 @dataclass(slots=True)

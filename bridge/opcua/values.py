@@ -25,7 +25,7 @@ from typing import Any
 
 from asyncua import ua
 
-from bridge.driver import WriteError
+from bridge.driver import WriteError, written_time
 from bridge.opcua.config import OpcUaPointConfig
 from bridge.point import BAD, GOOD, UNCERTAIN, Value
 
@@ -164,12 +164,7 @@ def encode(point: OpcUaPointConfig, variant: ua.VariantType, value: object) -> u
             raise WriteError(f"expected a string, got {value!r}")
         return ua.Variant(value, variant)
     if variant == ua.VariantType.DateTime:
-        if not isinstance(value, str):
-            raise WriteError("expected an ISO 8601 date and time")
-        try:
-            stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise WriteError(f"{value!r} is not an ISO 8601 date and time") from None
+        stamp = written_time(value)
         if stamp.tzinfo is None:
             stamp = stamp.replace(tzinfo=UTC)
         return ua.Variant(stamp.astimezone(UTC), variant)

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 from zoneinfo import ZoneInfo
 
-from bridge.driver import WriteError
+from bridge.driver import WriteError, written_time
 from bridge.point import BAD, GOOD, UNCERTAIN, Value
 
 
@@ -233,12 +233,7 @@ def _text(kind: str, length: int, value: object) -> tuple[bytes, Value]:
 
 
 def _stamp(kind: str, value: object, zone: ZoneInfo) -> tuple[bytes, Value]:
-    if not isinstance(value, str):
-        raise WriteError("expected an ISO 8601 date and time")
-    try:
-        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise WriteError(f"{value!r} is not an ISO 8601 date and time") from None
+    stamp = written_time(value)
     local = stamp.replace(tzinfo=zone) if stamp.tzinfo is None else stamp.astimezone(zone)
     if kind == "DTL":
         if not 1970 <= local.year <= 2262:
