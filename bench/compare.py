@@ -216,16 +216,16 @@ class BrokerSetup:
             )
         broker = Broker(name, port, proc, log, command)
         try:
-            _wait_accepting(broker)
+            wait_accepting(broker)
         except BaseException:
             broker.stop()
             raise
         return broker
 
 
-def _wait_accepting(broker: Broker) -> None:
+def wait_accepting(broker: Broker, timeout: float = START_TIMEOUT) -> None:
     """Until the broker answers a CONNECT with an accepting CONNACK."""
-    deadline = time.monotonic() + START_TIMEOUT
+    deadline = time.monotonic() + timeout
     last: Exception | None = None
     for _ in range(10_000):
         if broker.proc.poll() is not None:

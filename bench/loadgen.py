@@ -41,13 +41,35 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, Protocol
 
 from bench import procstat, wire
 from bench import workers as W  # noqa: N812
 
 # ---------------------------------------------------------------------------------------------
 # orchestration (parent process)
+
+
+class Probe(Protocol):
+    """Told when a scenario's measured part starts and ends (bench/instructions.py counts the
+    broker's instructions in between); `label` names the part."""
+
+    def begin(self, label: str) -> None: ...
+
+    def end(self, label: str) -> None: ...
+
+
+class NoProbe:
+    """The default probe: nothing is told."""
+
+    def begin(self, label: str) -> None:
+        """Nothing to do."""
+
+    def end(self, label: str) -> None:
+        """Nothing to do."""
+
+
+NO_PROBE = NoProbe()
 
 
 @dataclass
@@ -207,7 +229,8 @@ def _wait_quiet(ctl: W.Control, slots: range, quiet: float, limit: float) -> Non
 
 
 def run_throughput(
-    spec: Throughput, host: str, port: int, opts: LoadOptions, broker_pid: int | None = None
+    spec: Throughput, host: str, port: int, opts: LoadOptions, broker_pid: int | None = None,
+    probe: Probe = NO_PROBE,
 ) -> dict[str, Any]:
     """Subscribers first, then publishers; go; warm up; measure a fixed window; drain."""
     pubs = range(spec.publishers)
@@ -245,9 +268,11 @@ def run_throughput(
         fleet.wait_ready(pubs)
         ctl.raise_flag(W.GO)
         time.sleep(opts.warmup)
+        probe.begin(spec.name)
         first_sample = Sample.take(ctl, fleet, pubs, subs, broker_pid)
         time.sleep(opts.duration)
         last_sample = Sample.take(ctl, fleet, pubs, subs, broker_pid)
+        probe.end(spec.name)
         fleet.check(spec.name)
         ctl.raise_flag(W.STOP_PUB)
         _wait_quiet(ctl, subs, 0.5, 10.0)
@@ -270,6 +295,7 @@ def run_throughput(
         else None,
         "sent_per_s": round((last_sample.sent - first_sample.sent) / span),
         "window_s": round(span, 3),
+        "delivered_in_window": delivered_in_window,
         "total_sent": sent,
         "total_delivered": delivered,
         "lost": sent * spec.subscribers - delivered,
@@ -285,7 +311,8 @@ def percentile(ordered: Sequence[float], q: float) -> float:
 
 
 def run_latency(
-    host: str, port: int, opts: LoadOptions, broker_pid: int | None = None
+    host: str, port: int, opts: LoadOptions, broker_pid: int | None = None,
+    probe: Probe = NO_PROBE,
 ) -> dict[str, Any]:
     """A paced QoS 1 publisher and a QoS 1 subscriber; latency of messages sent in the window."""
     ctl = W.Control(2)
@@ -302,11 +329,13 @@ def run_latency(
         fleet.wait_ready([0])
         ctl.raise_flag(W.GO)
         time.sleep(opts.warmup)
+        probe.begin("latency")
         first_sample = Sample.take(ctl, fleet, range(1), range(1, 2), broker_pid)
         start_ns = time.monotonic_ns()
         time.sleep(opts.latency_duration)
         end_ns = time.monotonic_ns()
         last_sample = Sample.take(ctl, fleet, range(1), range(1, 2), broker_pid)
+        probe.end("latency")
         fleet.check("latency")
         ctl.raise_flag(W.STOP_PUB)
         _wait_quiet(ctl, range(1, 2), 0.5, 5.0)
@@ -332,12 +361,14 @@ def run_latency(
         "total_delivered": len(latency),
         "lost": sent - len(latency),
         "errors": errors,
+        "delivered_in_window": last_sample.delivered - first_sample.delivered,
         **_cpu_report(first_sample, last_sample),
     }
 
 
 def run_idle(
-    host: str, port: int, opts: LoadOptions, broker_pid: int | None = None
+    host: str, port: int, opts: LoadOptions, broker_pid: int | None = None,
+    probe: Probe = NO_PROBE,
 ) -> dict[str, Any]:
     """Open N connections that only CONNECT; broker RSS before and after."""
     count = opts.idle_connections
@@ -349,8 +380,10 @@ def run_idle(
             host=host, port=port, slot=0, cpus=opts.cpus, max_seconds=limit + 60.0,
             count=count, concurrency=opts.idle_concurrency,
         )  # fmt: skip
+        probe.begin("idle")
         fleet.spawn("connections", W.idle_worker, job)
         fleet.wait_for(lambda: ctl.get(0, W.READY) == 2, limit, "idle connections")
+        probe.end("idle")
         time.sleep(opts.idle_settle)
         rss_after = procstat.rss_kib(broker_pid) if broker_pid else None
         connected = ctl.get(0, W.DELIVERED)
@@ -372,7 +405,8 @@ def run_idle(
 
 
 def run_retained(
-    host: str, port: int, opts: LoadOptions, broker_pid: int | None = None
+    host: str, port: int, opts: LoadOptions, broker_pid: int | None = None,
+    probe: Probe = NO_PROBE,
 ) -> dict[str, Any]:
     """Store N retained messages (every PUBACK received), then time a `#` subscriber."""
     count = opts.retained
@@ -383,14 +417,18 @@ def run_retained(
         job = replace(common, count=count, inflight=opts.retained_inflight)
         fleet.spawn("publisher", W.retained_publisher, job)
         fleet.wait_ready([0])
+        probe.begin("retained-store")
         ctl.raise_flag(W.GO)
         fleet.wait_for(lambda: ctl.get(0, W.READY) == 2, limit, "storing retained messages")
+        probe.end("retained-store")
         acked = ctl.get(0, W.DELIVERED)
         store_s = ctl.get(0, W.VALUE) / 1e9
         if acked < count:
             raise W.LoadError(f"only {acked} of {count} retained publishes were acknowledged")
+        probe.begin("retained-delivery")
         fleet.spawn("subscriber", W.retained_subscriber, replace(common, slot=1, count=count))
         fleet.wait_for(lambda: ctl.get(1, W.READY) == 2, limit, "retained delivery")
+        probe.end("retained-delivery")
         delivered = ctl.get(1, W.DELIVERED)
         seconds = ctl.get(1, W.VALUE) / 1e9
         publishes = ctl.get(1, W.EXTRA)
