@@ -4,7 +4,11 @@ How this works: every accepted socket gets an `MQTTConnection` (an asyncio Proto
 bytes are decoded in place, packet by packet, and each packet goes to `Broker.handle` with the
 loop's monotonic time. Outgoing bytes are never written one by one: `write` appends to the
 connection's list and marks it dirty, and one callback per loop iteration joins each dirty
-connection's list into a single `transport.write` (write coalescing).
+connection's list into a single `transport.write` (write coalescing). Two things go out
+sooner, because the client waits for them: what a client's own read produced for it (its
+PUBACKs, the deliveries its PUBACKs let into its window) at the end of that read, and QoS 1/2
+PUBLISHes in chunks of `WINDOW_CHUNK`, so that a subscriber's in-flight window keeps moving
+(docs/flow-control.md).
 
 Durable acknowledgements: when the hooks are durable, `write(..., gated=True)` (a PUBACK or
 PUBREC for a stored message) holds that connection's output, from that point on, until a
@@ -68,6 +72,13 @@ log = logging.getLogger("outpost.server")
 TICK_SECONDS = 0.5
 # Output is written at the end of the loop iteration, or at once when this much is waiting.
 FLUSH_BYTES = 64 * 1024
+# QoS 1/2 PUBLISHes to one client go out in writes of at most this many packets. A subscriber
+# may hold only its in-flight window (20 by default) unacknowledged; one write for the whole
+# window's refill makes the window stop-and-wait (docs/flow-control.md, "Towards a
+# subscriber"): the subscriber gets the whole window in one read, acknowledges it in one
+# write, and nothing moves while either side wakes up. Smaller writes keep acknowledgements
+# coming back while the rest of the window is still being written.
+WINDOW_CHUNK = 8
 # libuv may hand a busy socket's data over in many reads per iteration; after this many bytes
 # reading pauses until the next iteration so output, timers and other clients get their turn.
 READ_BURST = 256 * 1024
@@ -80,6 +91,7 @@ _UNSTORED_CONNACK_V5 = b"\x20\x03\x00\x88\x00"
 _UNSTORED_CONNACK_V3 = b"\x20\x02\x00\x03"
 # Packet types whose durable acknowledgement may be held (ack_hold).
 _HOLDABLE = frozenset((PacketType.PUBACK, PacketType.PUBREC))
+_PUBLISH = int(PacketType.PUBLISH)
 
 
 class MQTTConnection(admission.ClientConnection):
@@ -150,6 +162,14 @@ class MQTTConnection(admission.ClientConnection):
         self.refused = self.closing = True
 
     def data_received(self, data: bytes) -> None:
+        self._read(data)
+        if self.out is not None:
+            # What this client's own packets produced for it (PUBACKs, the next deliveries of
+            # its window) goes out now, not after every other client's input of this loop
+            # iteration: the client's next packets depend on it.
+            self.flush()
+
+    def _read(self, data: bytes) -> None:
         server = self.server
         server.broker.count_bytes_received(len(data))
         if self.closing:
@@ -314,13 +334,17 @@ class MQTTConnection(admission.ClientConnection):
             self.server.request_commit(self)
             return
         self.out_bytes += len(data)
-        if self.out is None:
+        out = self.out
+        if out is None:
             self.out = [data]
             if self.out_bytes < FLUSH_BYTES:
                 self.server.mark_dirty(self)
                 return
         else:
-            self.out.append(data)
+            out.append(data)
+            if len(out) >= WINDOW_CHUNK and data[0] >> 4 == _PUBLISH and data[0] & 0x06:
+                self.flush()  # a chunk of the client's in-flight window (WINDOW_CHUNK)
+                return
         if self.out_bytes >= FLUSH_BYTES:
             self.flush()
 
