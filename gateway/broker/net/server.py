@@ -162,12 +162,17 @@ class MQTTConnection(admission.ClientConnection):
         self.refused = self.closing = True
 
     def data_received(self, data: bytes) -> None:
-        self._read(data)
-        if self.out is not None:
-            # What this client's own packets produced for it (PUBACKs, the next deliveries of
-            # its window) goes out now, not after every other client's input of this loop
-            # iteration: the client's next packets depend on it.
-            self.flush()
+        server = self.server
+        previous, server.reading = server.reading, self
+        try:
+            self._read(data)
+        finally:
+            server.reading = previous
+            if self.out is not None:
+                # What this client's own packets produced for it (PUBACKs, the next
+                # deliveries of its window) goes out now, not after every other client's
+                # input of this loop iteration: the client's next packets depend on it.
+                self.flush()
 
     def _read(self, data: bytes) -> None:
         server = self.server
@@ -338,7 +343,8 @@ class MQTTConnection(admission.ClientConnection):
         if out is None:
             self.out = [data]
             if self.out_bytes < FLUSH_BYTES:
-                self.server.mark_dirty(self)
+                if self.server.reading is not self:  # else the end of the read flushes it
+                    self.server.mark_dirty(self)
                 return
         else:
             out.append(data)
@@ -493,6 +499,7 @@ class Server:
         self.unix_paths: list[Path] = []
         self.admission = admission.Admission(self, security)
         self._dirty: list[MQTTConnection] = []
+        self.reading: MQTTConnection | None = None  # whose data_received is running
         self._waiting: set[MQTTConnection] = set()
         self._commit_task: asyncio.Task[None] | None = None
         self._hold = WakeableSleep()
