@@ -2,7 +2,8 @@
 
 How this works: `BridgeConfig` aggregates the models of each device family (Modbus buses and
 devices from bridge/modbus/config.py, serial line devices from bridge/serial/config.py, OPC UA
-servers from bridge/opcua/config.py, S7 PLCs from bridge/s7/config.py) and holds the checks
+servers from bridge/opcua/config.py, S7 PLCs from bridge/s7/config.py, BACnet/IP devices from
+bridge/bacnet/config.py) and holds the checks
 that involve several of them (duplicate names, devices on unknown buses, unit ids used twice
 on a bus, one RTU-over-TCP converter behind two buses, a name used by two families, a port used
 by two kinds).
@@ -25,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from bridge.bacnet.config import BacnetDeviceConfig
 from bridge.driver import DeviceSettings
 from bridge.modbus.config import BusConfig, DeviceConfig
 from bridge.opcua.config import OpcUaDeviceConfig
@@ -88,6 +90,7 @@ class BridgeConfig(Section):
     serial: list[SerialDeviceConfig] = Field(default_factory=list)
     opcua: list[OpcUaDeviceConfig] = Field(default_factory=list)
     s7: list[S7DeviceConfig] = Field(default_factory=list)
+    bacnet: list[BacnetDeviceConfig] = Field(default_factory=list)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -168,13 +171,17 @@ class BridgeConfig(Section):
         problems += check_unique([d.name for d in self.s7], "s7", "device name")
         problems += [f"s7.{i}: device name {d.name!r} is also a Modbus, serial or OPC UA "
                      f"device" for i, d in enumerate(self.s7) if d.name in taken]
+        taken |= {d.name for d in self.s7}
+        problems += check_unique([d.name for d in self.bacnet], "bacnet", "device name")
+        problems += [f"bacnet.{i}: device name {d.name!r} is also a Modbus, serial, OPC UA or "
+                     f"S7 device" for i, d in enumerate(self.bacnet) if d.name in taken]
         if problems:
             raise ValueError("; ".join(problems))
         return self
 
     def device_configs(self) -> list[DeviceSettings]:
         """Every device of every family, in family then configuration order."""
-        return [*self.devices, *self.serial, *self.opcua, *self.s7]
+        return [*self.devices, *self.serial, *self.opcua, *self.s7, *self.bacnet]
 
     def bus(self, name: str) -> BusConfig:
         """The bus called `name`."""

@@ -17,6 +17,9 @@ part of the `[bridge]` model, which imports every family's configuration model.
   is opened, not by every gateway that has none.
 - S7: an `S7Device` per `[[bridge.s7]]` entry, each with its own connection, nothing shared.
   python-snap7 (the optional `s7` extra) is imported when the first S7 device is opened.
+- BACnet/IP: a `BacnetDevice` per `[[bridge.bacnet]]` entry, each with its own UDP socket
+  (COV notifications come back to the address that subscribed), nothing shared. Its device
+  module is imported when the first BACnet device is opened.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from bridge.bacnet.config import BacnetDeviceConfig
 from bridge.config import BridgeConfig
 from bridge.driver import Device, DeviceContext
 from bridge.modbus.bus import ModbusBus
@@ -145,6 +149,32 @@ class S7Family:
         from bridge.s7.device import S7Device  # noqa: PLC0415 (optional dependency: python-snap7)
 
         return S7Device(device, context)
+
+    def close(self) -> None:
+        """Nothing shared to close."""
+
+
+class BacnetFamily:
+    """BACnet/IP devices, each with its own UDP socket."""
+
+    kind = "bacnet"
+    title = "BACnet/IP device"
+
+    def configs(self, bridge: BridgeConfig) -> Sequence[BacnetDeviceConfig]:
+        """`[[bridge.bacnet]]`."""
+        return bridge.bacnet
+
+    def environment(self, device: BacnetDeviceConfig, bridge: BridgeConfig) -> None:
+        """Nothing beyond the device's own configuration."""
+
+    def configure(self, bridge: BridgeConfig) -> None:
+        """Nothing shared to open."""
+
+    def open(self, device: BacnetDeviceConfig, context: DeviceContext) -> Device:
+        """A device with its own socket."""
+        from bridge.bacnet.device import BacnetDevice  # noqa: PLC0415 (only when configured)
+
+        return BacnetDevice(device, context)
 
     def close(self) -> None:
         """Nothing shared to close."""

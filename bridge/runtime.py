@@ -58,7 +58,7 @@ from typing import Any, Protocol
 
 from bridge.config import BridgeConfig
 from bridge.driver import Device, DeviceContext, Family, WriteError
-from bridge.families import ModbusFamily, OpcUaFamily, S7Family, SerialFamily
+from bridge.families import BacnetFamily, ModbusFamily, OpcUaFamily, S7Family, SerialFamily
 from bridge.modbus.bus import ModbusBus
 from bridge.modbus.poller import DevicePoller
 from bridge.report import OFFLINE, ONLINE, diagnostics_payload
@@ -117,7 +117,8 @@ class Bridge:
         self.prefix = config.prefix
         self.modbus = ModbusFamily()
         self.families: list[Family[Any, BridgeConfig]] = [
-            self.modbus, SerialFamily(), OpcUaFamily(self.state_dir), S7Family()]
+            self.modbus, SerialFamily(), OpcUaFamily(self.state_dir), S7Family(),
+            BacnetFamily()]
         for family in self.families:
             family.configure(config)
         self.devices: dict[str, Device] = {}

@@ -1,0 +1,1 @@
+"""BACnet/IP devices (bridge/bacnet/config.py, device.py; the codec in tags.py and wire.py)."""
