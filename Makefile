@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := mosquitto mosquitto-clients socat openssl
 # stress-ng: `make test-loaded` (the suite next to a CPU hog).
 DEBIAN_PACKAGES += stress-ng
+# valgrind: `python -m bench.instructions` counts the broker's instructions with callgrind.
+DEBIAN_PACKAGES += valgrind
 # systemd: systemd-analyze for the unit checks; libsystemd-dev + pkg-config: to build
 # systemd-python (the [systemd] extra); chromium: the status page test (headless).
 DEBIAN_PACKAGES += systemd libsystemd-dev pkg-config chromium
