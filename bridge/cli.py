@@ -31,10 +31,10 @@ from pydantic import ValidationError
 
 from bridge.config import BridgeConfig
 from bridge.modbus import convert
-from bridge.modbus.bus import ModbusBus, TransactionError
 from bridge.modbus.config import BusConfig, DeviceConfig, PointConfig
 from bridge.modbus.frames import Request
 from bridge.modbus.plan import BIT_TABLES, READ_FUNCTION
+from bridge.modbus.probe import read_once
 from bridge.opcua.config import OpcUaDeviceConfig
 from bridge.s7.config import S7DeviceConfig
 from gateway.base.settings import ConfigError, format_errors
@@ -156,24 +156,6 @@ def probe_bus(args: argparse.Namespace) -> BusConfig:
     host, _, port = (args.tcp or args.rtu_over_tcp).rpartition(":")
     return BusConfig(name="probe", type="tcp" if args.tcp else "rtu-over-tcp", host=host,
                      port=int(port), timeout=args.timeout, retries=0)
-
-
-async def read_once(bus: BusConfig, requests: list[Request]) -> list[tuple[int, ...] | str]:
-    """Each request's values, or why it got none."""
-    modbus = ModbusBus(bus)
-    results: list[tuple[int, ...] | str] = []
-    try:
-        for request in requests:
-            try:
-                results.append((await modbus.execute(request, retries=0)).values)
-            except TransactionError as exc:
-                results.append(str(exc))
-                if exc.kind == "unavailable":  # no line: the other requests cannot fare better
-                    results += [str(exc)] * (len(requests) - len(results))
-                    break
-    finally:
-        await modbus.close()
-    return results
 
 
 def cmd_probe(args: argparse.Namespace) -> int:

@@ -26,10 +26,10 @@ Pure: dataclasses and protocols; no I/O.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from bridge.report import Reporter
 
@@ -217,3 +217,49 @@ class Family(Protocol[SettingsT, BridgeT_contra]):
 
     def close(self) -> None:
         """Close every shared resource (the bridge stops or starts from scratch)."""
+
+
+# -- the optional side a tool (the web console) uses: probe, browse, discover -------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """One row of an `Exploration`: a configured point read once, or something the device has
+    (a node browsed, an object discovered) with the point table that would read it (`point`,
+    the keys of the family's point model: the console turns it into a point row)."""
+
+    name: str  # the point's name (found: a name suggested for it)
+    where: str  # its address as the family writes it: a register, a NodeId, `DB1.DBD14`
+    value: object = None
+    unit: str | None = None
+    quality: str | None = None
+    error: str | None = None  # why it did not answer
+    detail: str = ""  # e.g. the data type the device reports
+    point: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Exploration:
+    """What a family's `explore` learnt of one device, nothing written."""
+
+    lines: tuple[str, ...] = ()  # what the device says of itself: endpoints, PDU size, plan
+    points: tuple[Found, ...] = ()  # every configured point, read once
+    found: tuple[Found, ...] = ()  # what browsing or discovery found besides
+
+
+DeviceT_contra = TypeVar("DeviceT_contra", contravariant=True)
+
+
+class Explorer(Protocol[DeviceT_contra, BridgeT_contra]):
+    """A family that can probe, browse or discover a device before it is saved (optional:
+    a family without `explore` still runs; the console then offers no probe for it)."""
+
+    async def explore(self, device: DeviceT_contra, bridge: BridgeT_contra) -> Exploration:
+        """Read every point of `device` once (no retries, nothing written) and list what else
+        the device offers where the family can tell; `bridge` is the configuration the device
+        is part of (a Modbus device's bus is there). An exception is the device's answer."""
+
+
+def explorer(family: object) -> Explorer[Any, Any] | None:
+    """`family` as an `Explorer`, or None when it has no `explore`."""
+    return family if callable(getattr(family, "explore", None)) else None  # type: ignore[return-value]

@@ -20,18 +20,26 @@ part of the `[bridge]` model, which imports every family's configuration model.
 - BACnet/IP: a `BacnetDevice` per `[[bridge.bacnet]]` entry, each with its own UDP socket
   (COV notifications come back to the address that subscribed), nothing shared. Its device
   module is imported when the first BACnet device is opened.
+
+`registered` lists the families: the bridge runs them, and the console (bridge/catalog.py)
+renders each one's forms from its configuration model and probes through its optional
+`explore` (bridge/driver.py), so a family registered here needs no code anywhere else. A
+family may say how people call its devices (`title`) and which `[bridge]` list holds them
+(`section`, default: its `kind`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from bridge.bacnet.config import BacnetDeviceConfig
 from bridge.config import BridgeConfig
-from bridge.driver import Device, DeviceContext
+from bridge.driver import Device, DeviceContext, Exploration, Family
+from bridge.modbus import probe
 from bridge.modbus.bus import ModbusBus
-from bridge.modbus.config import BusConfig, DeviceConfig
+from bridge.modbus.config import BusConfig, DeviceConfig, profile_names
 from bridge.modbus.poller import DevicePoller
 from bridge.opcua.config import OpcUaDeviceConfig
 from bridge.s7.config import S7DeviceConfig
@@ -39,10 +47,18 @@ from bridge.serial.config import SerialDeviceConfig
 from bridge.serial.reader import SerialLineDevice
 
 
+def registered(state_dir: Path | None) -> list[Family[Any, BridgeConfig]]:
+    """Every device family, in the order the bridge starts them and the console lists them:
+    a family registers here (and its device list in `BridgeConfig`), nowhere else."""
+    return [ModbusFamily(), SerialFamily(), OpcUaFamily(state_dir), S7Family(), BacnetFamily()]
+
+
 class ModbusFamily:
     """Modbus RTU / TCP devices on their buses."""
 
     kind = "modbus"
+    section = "devices"  # [[bridge.devices]] (the other families' lists are named as they are)
+    title = "Modbus device"
 
     def __init__(self) -> None:
         self.buses: dict[str, ModbusBus] = {}
@@ -74,11 +90,23 @@ class ModbusFamily:
         for bus in self.buses.values():
             bus.channel.close()
 
+    def profiles(self) -> list[str]:
+        """The device profiles shipped with outpost (`map = "profile:NAME"`)."""
+        return profile_names()
+
+    async def explore(self, device: DeviceConfig, bridge: BridgeConfig) -> Exploration:
+        """Every point read once: on the bridge's own bus when it runs this bus unchanged."""
+        bus = bridge.bus(device.bus)
+        running = self.buses.get(bus.name)
+        return await probe.explore(device, bus, running if running and running.config == bus
+                                   else None)
+
 
 class SerialFamily:
     """Devices on their own serial port that send lines or frames."""
 
     kind = "serial"
+    title = "serial line device"
 
     def configs(self, bridge: BridgeConfig) -> Sequence[SerialDeviceConfig]:
         """`[[bridge.serial]]`."""
@@ -103,6 +131,7 @@ class OpcUaFamily:
     """OPC UA servers, each a device."""
 
     kind = "opcua"
+    title = "OPC UA server"
 
     def __init__(self, state_dir: Path | None) -> None:
         self.state_dir = state_dir
@@ -128,11 +157,20 @@ class OpcUaFamily:
     def close(self) -> None:
         """Nothing shared to close."""
 
+    async def explore(self, device: OpcUaDeviceConfig, bridge: BridgeConfig) -> Exploration:
+        """The endpoints, every point read once, and the variables the server has."""
+        from bridge.opcua import tools  # noqa: PLC0415 (optional, slow import)
+        from bridge.opcua.pki import Pki  # noqa: PLC0415
+
+        pki = Pki(self.state_dir / "opcua") if self.state_dir is not None else None
+        return await tools.explore(device, pki)
+
 
 class S7Family:
     """Siemens S7 PLCs, each a device with its own connection."""
 
     kind = "s7"
+    title = "Siemens S7 PLC"
 
     def configs(self, bridge: BridgeConfig) -> Sequence[S7DeviceConfig]:
         """`[[bridge.s7]]`."""
@@ -152,6 +190,12 @@ class S7Family:
 
     def close(self) -> None:
         """Nothing shared to close."""
+
+    async def explore(self, device: S7DeviceConfig, bridge: BridgeConfig) -> Exploration:
+        """The PDU size, the read plan, and every point read once with it."""
+        from bridge.s7 import tools  # noqa: PLC0415 (optional dependency: python-snap7)
+
+        return await tools.explore(device)
 
 
 class BacnetFamily:

@@ -39,7 +39,7 @@ def check_name(value: str) -> str:
 
 
 Name = Annotated[str, AfterValidator(check_name)]
-Seconds = Annotated[float, Field(gt=0)]
+Seconds = Annotated[float, Field(gt=0, json_schema_extra={"unit": "s"})]
 
 
 def check_unique(names: list[str], where: str, what: str) -> list[str]:

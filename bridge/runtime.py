@@ -58,7 +58,7 @@ from typing import Any, Protocol
 
 from bridge.config import BridgeConfig
 from bridge.driver import Device, DeviceContext, Family, WriteError
-from bridge.families import BacnetFamily, ModbusFamily, OpcUaFamily, S7Family, SerialFamily
+from bridge.families import ModbusFamily, registered
 from bridge.modbus.bus import ModbusBus
 from bridge.modbus.poller import DevicePoller
 from bridge.report import OFFLINE, ONLINE, diagnostics_payload
@@ -115,10 +115,8 @@ class Bridge:
     def _configure(self, config: BridgeConfig) -> None:
         self.config = config
         self.prefix = config.prefix
-        self.modbus = ModbusFamily()
-        self.families: list[Family[Any, BridgeConfig]] = [
-            self.modbus, SerialFamily(), OpcUaFamily(self.state_dir), S7Family(),
-            BacnetFamily()]
+        self.families: list[Family[Any, BridgeConfig]] = registered(self.state_dir)
+        self.modbus = next(f for f in self.families if isinstance(f, ModbusFamily))
         for family in self.families:
             family.configure(config)
         self.devices: dict[str, Device] = {}

@@ -32,7 +32,14 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from bridge.driver import DeviceDescription, PointInfo
 from bridge.modbus.convert import (
@@ -78,6 +85,15 @@ class Rs485Config(Section):
 class BusConfig(Section):
     """One Modbus line: a serial port (RTU) or a TCP connection (Modbus TCP, RTU over TCP)."""
 
+    model_config = ConfigDict(json_schema_extra={"x-ui": {
+        "main": ["name", "type", "host", "port", "device", "baudrate", "parity"],
+        "labels": {"type": "type", "port": "TCP port", "device": "serial port",
+                   "baudrate": "baud rate"},
+        "choices": {"type": {"tcp": "Modbus TCP", "rtu-over-tcp": "RTU over TCP",
+                             "rtu": "RTU (serial port)"},
+                    "parity": {"N": "none", "E": "even", "O": "odd"}},
+        "placeholders": {"device": "/dev/ttyUSB0"}, "initial": {"type": "tcp"}}})
+
     name: Name
     type: Literal["rtu", "tcp", "rtu-over-tcp"]
     device: str | None = Field(default=None, description="serial port, for type rtu")
@@ -109,6 +125,8 @@ class BusConfig(Section):
 
 class PointConfig(ReportFields):
     """One Modbus point: where it is, how to decode it, how to report it."""
+
+    model_config = ConfigDict(json_schema_extra={"x-ui": {"where": ["table", "address"]}})
 
     name: Name
     table: Table = "holding"
@@ -203,6 +221,19 @@ class PointConfig(ReportFields):
 
 class DeviceConfig(Section):
     """One Modbus device (a unit id on a bus) and its points."""
+
+    # How the console shows it (outpost/console/forms.py reads these hints from the schema).
+    model_config = ConfigDict(json_schema_extra={"x-ui": {
+        "main": ["name", "map", "bus", "unit_id", "address_base", "poll_interval"],
+        "columns": ["name", "table", "address", "type", "scale", "unit", "deadband",
+                    "writable"],
+        "list": ["bus", "unit_id"], "edit": ["unit_id", "poll_interval"],
+        "labels": {"map": "profile", "unit_id": "unit id", "poll_interval": "poll every",
+                   "address_base": "address base (empty: the profile's)"},
+        "units": {"poll_interval": "s"},
+        "initial": {"unit_id": 1, "poll_interval": 1},
+        "profile": {"field": "map", "prefix": PROFILE_PREFIX},
+        "shared": {"field": "bus", "section": "buses"}}})
 
     name: Name
     enabled: bool = Field(default=True, description="false: kept in the file, not polled")

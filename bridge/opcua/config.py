@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from bridge.driver import DeviceDescription, PointInfo
 from bridge.point import Name, ReportFields, Seconds, check_unique
@@ -59,6 +59,8 @@ def check_node(node: str) -> str:
 
 class OpcUaPointConfig(ReportFields):
     """One OPC UA variable node as a point."""
+
+    model_config = ConfigDict(json_schema_extra={"x-ui": {"where": ["node"]}})
 
     name: Name
     node: str = Field(description="NodeId (ns=2;s=...) or browse path (/2:PLC/2:Temp)")
@@ -115,6 +117,20 @@ class OpcUaPointConfig(ReportFields):
 
 class OpcUaDeviceConfig(Section):
     """One OPC UA server and the nodes read from it."""
+
+    # How the console shows it (outpost/console/forms.py reads these hints from the schema).
+    model_config = ConfigDict(json_schema_extra={"x-ui": {
+        "main": ["name", "endpoint", "security_policy", "security_mode", "username",
+                 "password", "trust_on_first_use", "mode", "publishing_interval",
+                 "poll_interval"],
+        "columns": ["name", "node", "type", "unit", "deadband", "writable"],
+        "list": ["endpoint"],
+        "labels": {"trust_on_first_use": "trust the server's certificate at first use",
+                   "publishing_interval": "publishing interval (subscription)",
+                   "poll_interval": "poll every (mode poll)"},
+        "units": {"sampling_interval": "s"},
+        "placeholders": {"endpoint": "opc.tcp://plc:4840"},
+        "secret": ["password"]}})
 
     name: Name
     enabled: bool = Field(default=True, description="false: kept in the file, not connected")

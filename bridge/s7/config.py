@@ -16,7 +16,7 @@ import re
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from bridge.driver import DeviceDescription, PointInfo
 from bridge.point import Name, ReportFields, Seconds, check_unique
@@ -41,6 +41,8 @@ def parse_tsap(text: str) -> int:
 
 class S7PointConfig(ReportFields):
     """One address of the PLC as a point."""
+
+    model_config = ConfigDict(json_schema_extra={"x-ui": {"where": ["address"]}})
 
     name: Name
     address: str = Field(description="TIA Portal notation: DB10.DBD4, DB10.DBX2.3, M0.1, IW64")
@@ -149,6 +151,15 @@ class S7PointConfig(ReportFields):
 
 class S7DeviceConfig(Section):
     """One S7 PLC and the addresses read from it."""
+
+    # How the console shows it (outpost/console/forms.py reads these hints from the schema).
+    model_config = ConfigDict(json_schema_extra={"x-ui": {
+        "main": ["name", "host", "port", "rack", "slot", "poll_interval"],
+        "columns": ["name", "address", "type", "unit", "deadband", "writable"],
+        "list": ["host"],
+        "labels": {"host": "PLC address", "port": "TCP port"},
+        "units": {"max_gap": "bytes", "pdu_size": "bytes"},
+        "placeholders": {"host": "192.168.0.10"}}})
 
     name: Name
     enabled: bool = Field(default=True, description="false: kept in the file, not connected")

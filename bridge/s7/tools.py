@@ -4,7 +4,8 @@
 to and the read plan for it (each request with its items, their bytes and the points they
 carry: bridge/s7/plan.py), then reads every point once with that plan and prints one line per
 point: its value and unit, or why it fails (a DB that does not exist, an address past a DB's
-end, access refused, with what an S7-1200/1500 needs).
+end, access refused, with what an S7-1200/1500 needs). `explore` is the same for the console,
+as rows.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 
-from bridge.driver import DeviceContext
+from bridge.driver import DeviceContext, Exploration, Found
 from bridge.s7.config import S7DeviceConfig
 from bridge.s7.device import S7Device
 from bridge.s7.plan import describe
@@ -21,7 +22,32 @@ from bridge.s7.session import open_session
 
 async def probe(config: S7DeviceConfig) -> tuple[list[str], int]:
     """The connection, the plan and every point read once; (lines, points that failed)."""
-    logging.getLogger("outpost.bridge.s7").setLevel(logging.CRITICAL)  # the lines say it
+    exploration = await explore(config)
+    lines = list(exploration.lines)
+    if not config.points:
+        return lines, 0
+    lines.append("")
+    lines.append(f"{'point':<24} {'address':<16} {'type':<14} result")
+    failed = 0
+    for row in exploration.points:
+        where = f"{row.name:<24} {row.where:<16} {row.detail:<14} "
+        if row.error is not None:
+            failed += 1
+            lines.append(where + f"FAILED: {row.error}")
+            continue
+        unit = f" {row.unit}" if row.unit else ""
+        lines.append(where + f"{row.value!r}{unit}"
+                     + ("" if row.quality == "good" else f" ({row.quality})"))
+    answered = len(config.points) - failed
+    lines.append(f"{answered} of {len(config.points)} point(s) answered, {failed} failed")
+    return lines, failed
+
+
+async def explore(config: S7DeviceConfig) -> Exploration:
+    """The connection (PDU size agreed), the read plan, and every point read once with it
+    (`S7Family.explore`, the console's probe); an S7 PLC lists no symbols over PUT/GET, so
+    nothing is found besides the points."""
+    logging.getLogger("outpost.bridge.s7").setLevel(logging.CRITICAL)  # the rows say it
     published: dict[str, dict[str, object]] = {}
 
     def keep(topic: str, payload: bytes) -> None:
@@ -33,7 +59,7 @@ async def probe(config: S7DeviceConfig) -> tuple[list[str], int]:
         lines = [f"connected to {config.host}:{config.port} (remote TSAP "
                  f"{config.remote_tsap():04X}), PDU {session.pdu} bytes"]
         if not config.points:
-            return lines, 0
+            return Exploration(tuple(lines))
         device.replan(session.pdu)
         planned = len(device.plan)
         await device.poll(session)
@@ -45,21 +71,14 @@ async def probe(config: S7DeviceConfig) -> tuple[list[str], int]:
         lines += describe(device.plan, session.pdu)
     finally:
         await session.close()
-    lines.append("")
-    lines.append(f"{'point':<24} {'address':<16} {'type':<14} result")
-    failed = 0
+    rows = []
     for name, state in device.points.items():
         point = state.config
-        where = f"{name:<24} {point.address:<16} {point.kind:<14} "
         if state.error is not None:
-            failed += 1
-            lines.append(where + f"FAILED: {state.error}")
+            rows.append(Found(name, point.address, error=state.error, detail=point.kind))
             continue
         got = published.get(state.reporter.topic, {})
-        unit = f" {point.unit}" if point.unit else ""
         quality = got.get("quality")
-        lines.append(where + f"{got.get('value')!r}{unit}"
-                     + ("" if quality == "good" else f" ({quality})"))
-    answered = len(config.points) - failed
-    lines.append(f"{answered} of {len(config.points)} point(s) answered, {failed} failed")
-    return lines, failed
+        rows.append(Found(name, point.address, got.get("value"), point.unit,
+                          quality if isinstance(quality, str) else None, None, point.kind))
+    return Exploration(tuple(lines), tuple(rows))

@@ -15,7 +15,7 @@ import re
 import struct
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from bridge.driver import DeviceDescription, PointInfo
 from bridge.point import Name, ReportFields, Seconds, check_name, check_unique
@@ -33,6 +33,8 @@ def _to_bytes(value: str) -> bytes:
 class SerialPointConfig(ReportFields):
     """One value taken from each parsed frame."""
 
+    model_config = ConfigDict(json_schema_extra={"x-ui": {"where": ["field"]}})
+
     name: Name
     field: str = Field(description="regex group, struct field name, or NMEA 'GGA.9'")
     type: Literal["float", "int", "string", "bool", "coordinate"] = "float"
@@ -45,6 +47,18 @@ class SerialPointConfig(ReportFields):
 
 class SerialDeviceConfig(Section):
     """A device on its own serial port that sends lines or frames."""
+
+    # How the console shows it (outpost/console/forms.py reads these hints from the schema).
+    model_config = ConfigDict(json_schema_extra={"x-ui": {
+        "main": ["name", "device", "baudrate", "parity", "delimiter", "parser", "pattern"],
+        "columns": ["name", "field", "type", "unit", "deadband"],
+        "list": ["device"],
+        "labels": {"device": "serial port", "baudrate": "baud rate", "delimiter": "line end",
+                   "pattern": "regex (one named group per point)"},
+        "choices": {"parity": {"N": "none", "E": "even", "O": "odd"}},
+        "placeholders": {"device": "/dev/ttyUSB1", "pattern": r"T=(?P<temperature>[-\d.]+)"},
+        "initial": {"delimiter": "\r\n"},
+        "escaped": ["delimiter", "start", "end", "poll"]}})
 
     name: Name
     enabled: bool = Field(default=True, description="false: kept in the file, not opened")

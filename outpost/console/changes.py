@@ -125,6 +125,13 @@ class ConfigFile:
         new = tomlkit.dumps(document)
         return self.propose_text(old, new if new.endswith("\n") else new + "\n", summary, back)
 
+    def trial(self, edit: Edit) -> Config:
+        """The configuration the file would be with `edit` applied (what a probe reads),
+        checked like a proposal; raises `ConfigError` when invalid. Nothing is kept."""
+        document, _ = self.document()
+        edit(document)
+        return self.check_text(tomlkit.dumps(document))
+
     def propose_text(self, old: str, new: str, summary: str, back: str) -> Proposal:
         """Replacing `old` (the file as read) with `new` (a roll back: a whole kept text)."""
         self.check_text(new)

@@ -95,14 +95,19 @@ def field(name: str, label: str, value: object = "", errors: Mapping[str, str] |
 
 
 def cell_input(name: str, value: object, errors: Mapping[str, str], kind: str = "text",
-               size: int = 8, form: str = "") -> str:
-    """An input inside a table cell, its error under it (`form`: the id of the form it
-    belongs to, when that form is elsewhere)."""
+               size: int = 8, form: str = "",
+               options: Iterable[tuple[str, str]] | None = None) -> str:
+    """An input (or a select of `options`) inside a table cell, its error under it (`form`:
+    the id of the form it belongs to, when that form is elsewhere)."""
     problem = errors.get(name)
     invalid = ' aria-invalid="true"' if problem else ""
     if form:
         invalid += attr("form", form)
-    if kind == "checkbox":
+    if options is not None:
+        choices = "".join(f'<option{attr("value", v)}{" selected" if v == str(value) else ""}>'
+                          f"{esc(text)}</option>" for v, text in options)
+        control = f'<select{attr("name", name)}{invalid}>{choices}</select>'
+    elif kind == "checkbox":
         control = (f'<input type="checkbox"{attr("name", name)} value="1"'
                    f'{" checked" if value else ""}{invalid}>')
     else:

@@ -153,7 +153,7 @@ def _exists(request: web.Request, path: str) -> bool:
     name = path.removeprefix("/console/devices/")
     if name == path or "/" in name:
         return True
-    return any(d.name == name for d in request.app[CONSOLE].config().bridge.devices)
+    return any(d.name == name for d in request.app[CONSOLE].config().bridge.device_configs())
 
 
 async def cancel_change(request: web.Request) -> web.StreamResponse:

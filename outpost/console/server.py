@@ -43,7 +43,7 @@ from gateway.broker.contracts.auth import PasswordDB
 from gateway.broker.engine.broker import Broker
 from outpost.config import Config
 from outpost.config_store import ConfigStore
-from outpost.console import pages_admin, pages_broker, pages_devices
+from outpost.console import pages_admin, pages_broker, pages_devices, pages_forms
 from outpost.console.auth import THROTTLE_MAX, Accounts, Sessions, TooManyAttemptsError, same_token
 from outpost.console.changes import ConfigFile
 from outpost.console.context import CONSOLE, Console, session_of
@@ -122,6 +122,7 @@ class ConsoleServer:
         app.router.add_post("/console/logout", logout)
         app.router.add_get("/console/status.json", status_json)
         app.router.add_static("/console/static/", STATIC, append_version=False)
+        pages_forms.add_routes(app.router)  # (before `/console/devices/{device}`)
         pages_devices.add_routes(app.router)
         pages_admin.add_routes(app.router)
         pages_broker.add_routes(app.router)

@@ -1,0 +1,201 @@
+"""Every device family in the console, over real HTTP against a running `outpost run`: the
+forms come from each family's configuration model, the probe and browse from its `explore`.
+
+The peers are independent implementations: an OPC UA server of node-opcua and an S7 PLC of
+node-snap7 (snap7's C server), both as processes. One gateway for the module; each test adds
+its device through the generic form, probes (and browses) it first, applies, sees its values,
+writes, edits it, and disables it, as a technician would with the family's page.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bridge.catalog import entries
+from bridge.families import registered
+from gateway.broker.net.security_files import set_password
+from tests.bridge.opcua.support import NodeServer
+from tests.bridge.s7.support import S7Server
+from tests.outpost.console.support import HttpSession
+from tests.outpost.support import Outpost, http_get, start_outpost
+from tests.support.waiting import wait_for
+
+CONFIG = """# a gateway without devices: every one is added from the console
+[status]
+bind = "127.0.0.1:0"
+
+[console]
+enabled = true
+password_file = "users"
+users = { admin = "admin" }
+"""
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outpost]:
+    workdir = tmp_path_factory.mktemp("console-families")
+    set_password(workdir / "users", "admin", b"admin-secret", iterations=1000)
+    outpost = start_outpost(workdir, CONFIG)
+    yield outpost
+    outpost.stop()
+
+
+@pytest.fixture(scope="module")
+def opcua(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeServer]:
+    server = NodeServer(tmp_path_factory.mktemp("node-opcua-pki")).start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture(scope="module")
+def s7() -> Iterator[S7Server]:
+    server = S7Server().start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def admin(gateway: Outpost) -> HttpSession:
+    session = HttpSession(gateway.url("/"))
+    assert session.login("admin", "admin-secret") == 200
+    return session
+
+
+def post(session: HttpSession, path: str, form: dict[str, str]) -> str:
+    status, page = session.request(path, {"csrf": session.csrf(), **form})
+    assert status == 200, page[-2000:]
+    return page
+
+
+def apply(session: HttpSession, page: str, diff_has: str) -> str:
+    """Apply the change a review page shows (its diff must have `diff_has`)."""
+    assert diff_has in html.unescape(page), page[-3000:]
+    found = re.search(r'action="(/console/changes/[^"]+/apply)"', page)
+    assert found is not None, page[-3000:]
+    return post(session, found.group(1), {})
+
+
+def answer(page: str, point: str) -> str:
+    found = re.search(rf'data-point="{re.escape(point)}">([^<]*)<', page)
+    assert found is not None, page[-3000:]
+    return html.unescape(found.group(1))
+
+
+def error_at(page: str, name: str) -> str:
+    found = re.search(rf'data-error-for="{re.escape(name)}">([^<]*)<', page)
+    assert found is not None, page[-3000:]
+    return html.unescape(found.group(1))
+
+
+def live_value(gateway: Outpost, device: str, point: str) -> object:
+    """The device's last value of the point, as the status page (and the console) has it."""
+    devices = json.loads(http_get(gateway.url("/status"))[2])["devices"]["devices"]
+    state = next((d for d in devices if d["name"] == device), {})
+    return (state.get("points") or {}).get(point, {}).get("value")
+
+
+def test_every_registered_family_has_its_add_form(admin: HttpSession) -> None:
+    """Nothing in the console names a family: each registered one is listed with its form."""
+    _, page = admin.request("/console/devices")
+    for entry in entries(registered(None)):
+        assert f'id="add-{entry.kind}"' in page, entry.kind
+        status, form = admin.request(f"/console/{entry.section}/new")
+        assert status == 200 and 'name="points.0.name"' in form, entry.kind
+        assert f'data-family="{entry.kind}"' in form
+
+
+def test_an_opc_ua_server_is_browsed_added_live_written_edited_and_disabled(
+        gateway: Outpost, opcua: NodeServer, admin: HttpSession) -> None:
+    device = {"name": "press", "endpoint": opcua.endpoint, "security_policy": "None",
+              "security_mode": "None", "mode": "subscription",
+              "points.0.name": "temperature", "points.0.node": "ns=1;s=Temperature",
+              "points.0.type": "float64", "points.0.unit": "°C"}
+    # A wrong value is shown at its input, before any connection.
+    page = post(admin, "/console/opcua/probe", {**device, "endpoint": "http://plc"})
+    assert "should match pattern" in error_at(page, "endpoint")
+    # Probe and browse: the point read once, the server's variables listed to pick from.
+    page = post(admin, "/console/opcua/probe", device)
+    assert re.fullmatch(r"2\d(\.\d+)? °C", answer(page, "temperature")), page[-3000:]
+    assert "security policy" in page and 'id="found"' in page
+    found = dict(re.findall(r'name="found\.(\d+)\.node" value="([^"]+)"', page))
+    setpoint = next(i for i, node in found.items() if node == "ns=1;s=Setpoint")
+    page = post(admin, "/console/opcua/pick", {
+        **device, **{k: html.unescape(v) for k, v in re.findall(
+            r'name="(found\.\d+\.[a-z]+)" value="([^"]*)"', page) if not k.endswith(".pick")},
+        f"found.{setpoint}.pick": "1"})
+    assert 'name="points.1.node" value="ns=1;s=Setpoint"' in page, page[-3000:]
+    assert "press" not in (gateway.config_path.read_text())  # a probe writes nothing
+    # Add it: the picked row, made writable.
+    page = post(admin, "/console/opcua/new", {
+        **device, "points.1.name": "Setpoint", "points.1.node": "ns=1;s=Setpoint",
+        "points.1.type": "float64", "points.1.writable": "1"})
+    page = apply(admin, page, "[[bridge.opcua]]")
+    assert "applied: add device press" in page
+    wait_for(lambda: live_value(gateway, "press", "temperature") is not None, 20,
+             message="no OPC UA value")
+    _, page = admin.request("/console/devices/press")
+    assert re.search(r'data-live="press/temperature">2\d', page), page[-3000:]
+    # A write through the bridge's write path.
+    status, page = admin.request("/console/devices/press/write", {
+        "csrf": admin.csrf(), "point": "Setpoint", "value": "23.5"})
+    assert status == 200 and "wrote press/Setpoint = 23.5" in html.unescape(page), page[-2000:]
+    wait_for(lambda: live_value(gateway, "press", "Setpoint") == 23.5, 20,
+             message="the written value did not come back")
+    # Edit every setting: the form comes filled from the file.
+    _, page = admin.request("/console/devices/press/edit")
+    assert f'value="{opcua.endpoint}"' in page and 'value="ns=1;s=Setpoint"' in page
+    form = dict(re.findall(r'<input (?:type="(?:text|password|hidden)" )?name="([^"]+)"'
+                           r'(?: id="[^"]*")? value="([^"]*)"', page))
+    form = {k: html.unescape(v) for k, v in form.items() if k != "csrf"}
+    page = post(admin, "/console/devices/press/edit", {
+        **form, "publishing_interval": "0.2", "security_policy": "None",
+        "security_mode": "None", "mode": "subscription", "points.0.type": "float64",
+        "points.1.type": "float64", "points.1.writable": "1"})
+    page = apply(admin, page, "+publishing_interval = 0.2")
+    text = gateway.config_path.read_text()
+    assert 'unit = "°C"' in text and "writable = true" in text
+    # Disable: the same review, and the list says so.
+    page = post(admin, "/console/opcua/press/enabled", {"enabled": "false"})
+    apply(admin, page, "+enabled = false")
+    wait_for(lambda: "disabled" in admin.request("/console/devices")[1], 10,
+             message="not shown disabled")
+
+
+def test_an_s7_plc_is_probed_added_live_written_and_edited(
+        gateway: Outpost, s7: S7Server, admin: HttpSession) -> None:
+    device = {"name": "cabinet", "host": "127.0.0.1", "port": str(s7.port), "rack": "0",
+              "slot": "1", "poll_interval": "0.2",
+              "points.0.name": "temperature", "points.0.address": "DB1.DBD14",
+              "points.0.type": "REAL", "points.0.unit": "°C",
+              "points.1.name": "setpoint", "points.1.address": "DB1.DBD120",
+              "points.1.type": "REAL", "points.1.writable": "1"}
+    # A point problem is shown in its row.
+    page = post(admin, "/console/s7/probe", {**device, "points.1.type": "INT"})
+    assert "2 byte" in error_at(page, "points.1.address"), page[-3000:]
+    page = post(admin, "/console/s7/probe", device)
+    assert answer(page, "temperature") == "21.5 °C"
+    assert answer(page, "setpoint") == "50.0"
+    assert "PDU" in page and "plan: 1 request" in page
+    page = apply(admin, post(admin, "/console/s7/new", device), "[[bridge.s7]]")
+    assert "applied: add device cabinet" in page
+    wait_for(lambda: live_value(gateway, "cabinet", "temperature") == 21.5, 20,
+             message="no S7 value")
+    status, page = admin.request("/console/devices/cabinet/write", {
+        "csrf": admin.csrf(), "point": "setpoint", "value": "55.5"})
+    assert "wrote cabinet/setpoint = 55.5" in html.unescape(page), page[-2000:]
+    wait_for(lambda: live_value(gateway, "cabinet", "setpoint") == 55.5, 20,
+             message="the written value did not come back")
+    # The device page's own settings and a deadband, changed in place.
+    page = post(admin, "/console/devices/cabinet", {
+        "host": "127.0.0.1", "port": str(s7.port), "rack": "0", "slot": "1",
+        "poll_interval": "0.5", "deadband.temperature": "0.5"})
+    apply(admin, page, "+poll_interval = 0.5")
+    assert "deadband = 0.5" in gateway.config_path.read_text()
+    page = post(admin, "/console/devices/cabinet", {"poll_interval": "inf"})
+    assert "finite" in error_at(page, "poll_interval")
