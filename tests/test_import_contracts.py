@@ -144,3 +144,10 @@ def test_a_package_outside_the_gateway_layers_is_caught(tree: Path) -> None:
     (tree / "gateway/tools").mkdir()
     (tree / "gateway/tools/__init__.py").write_text('"""Belongs to no layer."""\n')
     assert broken_contracts(tree) == {"gateway"}
+
+
+def test_the_console_naming_a_family_is_caught(tree: Path) -> None:
+    # The console knows the families through bridge.families and bridge.catalog only; a page
+    # reaching for a family's own package (here its configuration model) breaks that.
+    add_line(tree / "outpost/console/pages_forms.py", "import bridge.s7.config")
+    assert broken_contracts(tree) == {"console-families"}
