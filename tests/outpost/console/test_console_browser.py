@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.bridge.s7.support import S7Server
 from tests.bridge.support import SocatPair, Watcher
 from tests.bridge.test_serial_e2e import PtyEnd
 from tests.outpost.console.support import (
@@ -168,6 +169,27 @@ def step_add_a_serial_line_device(site: Site, browser: Any, mqtt: Watcher) -> No
         pair.stop()
 
 
+def step_add_an_s7_plc_from_its_family_form(site: Site, browser: Any, mqtt: Watcher) -> None:
+    """A family that had no page of its own: its form comes from its configuration model."""
+    plc = S7Server().start()
+    try:
+        browser.get(site.console + "devices")
+        click(browser, "#add-s7")
+        fill(browser, {"name": "cabinet", "host": "127.0.0.1", "port": str(plc.port),
+                       "poll_interval": "0.5", "points.0.name": "temperature",
+                       "points.0.address": "DB1.DBD14", "points.0.type": "REAL",
+                       "points.0.unit": "C"})
+        click(browser, "#probe")
+        text_of(browser, '#probe-results [data-point="temperature"]', "21.5 C")
+        click(browser, "#review-s7")
+        review_and_apply(browser, "[[bridge.s7]]")
+        assert mqtt.wait("devices/cabinet/temperature", timeout=20)["value"] == 21.5
+        browser.get(site.console + "devices/cabinet")
+        text_of(browser, '[data-live="cabinet/temperature"]', "21.5")
+    finally:
+        plc.kill()
+
+
 def step_live_values_are_pushed_to_the_device_page(site: Site, browser: Any) -> None:
     browser.get(site.console + "devices/meter-1")
     text_of(browser, '[data-live="meter-1/voltage_l1"]', "230.1")
@@ -299,13 +321,14 @@ def step_history_lists_the_versions_and_rolls_back(site: Site, browser: Any,
     assert mqtt.wait("devices/meter-1/status", lambda s: s == "offline") == "offline"
 
 
-@pytest.mark.timeout(600)  # fourteen steps, each waiting for what the browser shows
+@pytest.mark.timeout(600)  # fifteen steps, each waiting for what the browser shows
 def test_a_technician_sets_the_site_up_in_the_browser(site: Site, browser: Any,
                                                        mqtt: Watcher) -> None:
     step_log_in(site, browser)
     step_the_overview_is_live(site, browser)
     step_add_an_sdm630_from_its_profile_probe_and_apply(site, browser, mqtt)
     step_add_a_serial_line_device(site, browser, mqtt)
+    step_add_an_s7_plc_from_its_family_form(site, browser, mqtt)
     step_live_values_are_pushed_to_the_device_page(site, browser)
     step_a_wrong_value_shows_at_its_field_and_changes_nothing(site, browser)
     step_wrong_values_of_a_new_device_and_a_user_show_at_their_fields(site, browser)
