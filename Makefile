@@ -15,7 +15,10 @@ DEBIAN_PACKAGES += valgrind
 DEBIAN_PACKAGES += systemd libsystemd-dev pkg-config chromium
 # chromium-driver: the web console's browser tests drive chromium through selenium.
 DEBIAN_PACKAGES += chromium-driver
+# rauc: tests/outpost/test_remote_update.py checks a real bundle with `rauc info`.
+DEBIAN_PACKAGES += rauc
 STAMP := $(VENV)/.installed-stamp
+INSTALL_LOG := $(VENV)/install.log
 # npm projects that tests drive as real third-party peers, one folder each with its
 # package.json and package-lock.json; `make node-packages` runs `npm ci` in each (from the
 # registry, never a download of its own). Each feature adds its folder with a line of its own.
@@ -26,6 +29,8 @@ NPM_DIRS += tests/gateway/broker/e2e/mqttjs
 NPM_DIRS += tests/bridge/opcua/node_server
 # node-snap7 (snap7's C S7 server, built with node-gyp): the S7 bridge tests' PLC (tests/bridge/s7/).
 NPM_DIRS += tests/bridge/s7/node_server
+# @bacnet-js/client (a TypeScript BACnet stack): the BACnet bridge tests' devices (tests/bridge/bacnet/).
+NPM_DIRS += tests/bridge/bacnet/node_device
 
 .PHONY: demo test test-loaded lint typecheck unit soak fleet-test pipeline-test bench system-packages node-packages clean
 
@@ -35,12 +40,16 @@ $(STAMP): pyproject.toml | system-packages
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); \
 	  else echo "python3 -m venv failed: install python3-venv" >&2; exit 1; fi; }
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	@# pip and setuptools talk a lot (editable-install warnings): their output goes to
+	@# $(INSTALL_LOG) and is shown only when a step fails.
+	@echo "installing the project into $(VENV) (log: $(INSTALL_LOG))"
+	@$(PY) -m pip install -q --upgrade pip > $(INSTALL_LOG) 2>&1 \
+	  && $(PY) -m pip install -q -e '.[dev]' >> $(INSTALL_LOG) 2>&1 \
+	  || { cat $(INSTALL_LOG) >&2; echo "pip install failed (above)" >&2; exit 1; }
 	@# systemd-python builds against libsystemd (installed by system-packages when root); the
 	@# daemon falls back to its own sd_notify/journald senders without it.
-	@$(PY) -m pip install -q -e '.[systemd]' 2>/dev/null || echo "note: systemd-python not" \
-	  "installed (needs libsystemd-dev and pkg-config); the daemon uses its built-in senders" >&2
+	@$(PY) -m pip install -q -e '.[systemd]' >> $(INSTALL_LOG) 2>&1 || echo "note: systemd-python" \
+	  "not installed (needs libsystemd-dev and pkg-config); the daemon uses its built-in senders" >&2
 	@touch $@
 
 system-packages:
@@ -136,5 +145,8 @@ image-packages:
 image: image-packages
 	ARCH=$(ARCH) bash image/build.sh
 
+# Three workers, each handed whole files: the two QEMU machines (tests/image/test_qemu*.py, each
+# a chain of boots run in order, a core each) side by side, the container and bundle tests on
+# the third; the image is built once (tests/image/conftest.py).
 image-test: $(STAMP) system-packages image-packages
-	$(PY) -m pytest -q -m image tests/image
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=0 -m image tests/image

@@ -1,9 +1,10 @@
 """The cloud's side of a remote update, on the host, for a gateway inside QEMU.
 
-A real mosquitto (the cloud broker) and an HTTPS server of the bundles (a certificate from its
-own CA, made with openssl) listen on 127.0.0.1; the guest reaches both at GUEST_ADDRESS
-through the VM's `guestfwd` rules (tests/image/vm.py), which QEMU's user network allows even
-with `restrict=on`. `Reports` records what the cloud sees on the gateway's update topic.
+The cloud broker (the fleet's TLS mosquitto, tests/outpost/fleet_support.py) and an HTTPS
+server of the bundles (a certificate from its own CA, made with openssl) listen on 127.0.0.1;
+the guest reaches both at GUEST_ADDRESS through the VM's `guestfwd` rules (tests/image/vm.py),
+which QEMU's user network allows even with `restrict=on`. `Reports` records what the cloud
+sees on the gateways' update topics.
 """
 
 from __future__ import annotations
@@ -12,17 +13,17 @@ import contextlib
 import functools
 import http.server
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.bridge.uplink.test_uplink_e2e import Recorder
 from tests.support.https_server import serve_https
 
 GUEST_ADDRESS = "10.0.2.100"  # where the guest finds the host's broker and HTTPS server
-MQTT_PORT = 1883  # on GUEST_ADDRESS
+MQTT_PORT = 8883  # on GUEST_ADDRESS: the cloud broker, TLS
 HTTPS_PORT = 443  # on GUEST_ADDRESS
 
 
@@ -52,16 +53,28 @@ def bundle_server(folder: Path, work: Path) -> Iterator[BundleServer]:
 
 
 class Reports:
-    """The gateway's retained update reports as the cloud receives them (`topic`)."""
+    """The gateways' update reports (`topic`, a filter with `+` levels) as the cloud receives
+    them, in order.
 
-    def __init__(self, port: int, topic: str) -> None:
+    Fed by the cloud session's message callback (`add`), so it records through whatever
+    connection the test has to the cloud broker (TLS with a client certificate included)."""
+
+    def __init__(self, topic: str) -> None:
         self.topic = topic
-        self.recorder = Recorder(port, topic).start()
+        self._payloads: list[bytes] = []
+        self._lock = threading.Lock()
+
+    def add(self, topic: str, payload: bytes) -> None:
+        """A message the cloud session received (topics outside the filter are ignored)."""
+        wanted, got = self.topic.split("/"), topic.split("/")
+        if len(wanted) == len(got) and all(w in ("+", g)
+                                           for w, g in zip(wanted, got, strict=True)):
+            with self._lock:
+                self._payloads.append(payload)
 
     def all(self) -> list[dict[str, Any]]:
-        with self.recorder.lock:
-            return [json.loads(m.payload) for m in self.recorder.messages
-                    if m.topic == self.topic]
+        with self._lock:
+            return [json.loads(payload) for payload in self._payloads]
 
     def states(self, request_id: str) -> list[str]:
         """The request's states in the order reported, repeats folded."""
@@ -82,6 +95,3 @@ class Reports:
                 return time.monotonic(), found
             time.sleep(0.5)
         raise TimeoutError(f"no report {what} in {timeout:.0f} s; reports: {self.all()[-5:]}")
-
-    def stop(self) -> None:
-        self.recorder.stop()

@@ -1,12 +1,19 @@
-"""The amd64 image, built once per test session (`make image-test`).
+"""The amd64 image, built once per test run (`make image-test`), whatever the number of workers.
 
 `bash image/build.sh` with ARCH=amd64 writes outpost-<version>-amd64.img and leaves the staged
 trees of its file systems in image/.cache/amd64/work/ (root, data, boot). Tests copy what they
 boot, so the build's own output is never changed.
+
+`make image-test` runs three pytest-xdist workers, each handed whole files: the two QEMU
+machines' chains (a core each) side by side and the container and bundle tests beside them.
+The first worker to need the image builds it under a lock; the others, finding the build of
+the same run (PYTEST_XDIST_TESTRUNUID), take it.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -61,12 +68,15 @@ class BuiltImage:
     build_seconds: float
 
 
-@pytest.fixture(scope="session")
-def amd64_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
-    problem = machine_problem()
-    if problem:
-        pytest.skip(problem)
-    log = tmp_path_factory.mktemp("build") / "build.log"
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The QEMU machines first: each file of them is a chain of boots of many minutes that one
+    worker runs in order (`--dist loadfile --no-loadscope-reorder`), so the chains must start
+    at once on workers of their own for the run to take as long as the longer chain."""
+    items.sort(key=lambda item: 0 if item.path.name.startswith("test_qemu") else 1)
+
+
+def _build(log: Path) -> tuple[Path, float]:
+    """Run the amd64 build; the image's path and the seconds it took."""
     started = time.monotonic()
     env = {**os.environ, "ARCH": "amd64"}
     with log.open("w") as out:
@@ -75,8 +85,26 @@ def amd64_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
     elapsed = time.monotonic() - started
     if result.returncode != 0:
         pytest.fail(f"image build failed ({result.returncode}):\n{log.read_text()[-5000:]}")
-    image = Path(result.stdout.strip().splitlines()[-1])
+    return Path(result.stdout.strip().splitlines()[-1]), elapsed
+
+
+@pytest.fixture(scope="session")
+def amd64_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
+    problem = machine_problem()
+    if problem:
+        pytest.skip(problem)
     cache = Path(os.environ.get("IMAGE_CACHE", REPO / "image" / ".cache"))
+    cache.mkdir(parents=True, exist_ok=True)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    marker = cache / "amd64-test-build.json"
+    with (cache / "amd64-test-build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time: they share the staged trees
+        done = json.loads(marker.read_text()) if run and marker.exists() else {}
+        if run and done.get("run") == run and Path(done["image"]).exists():
+            image, elapsed = Path(done["image"]), float(done["seconds"])
+        else:
+            image, elapsed = _build(tmp_path_factory.mktemp("build") / "build.log")
+            marker.write_text(json.dumps({"run": run, "image": str(image), "seconds": elapsed}))
+            print(f"\namd64 image built in {elapsed:.0f} s: {image}")
     work = cache / "amd64" / "work"
-    print(f"\namd64 image built in {elapsed:.0f} s: {image}")
     return BuiltImage(image, work / "root", work / "data", work / "boot", elapsed)

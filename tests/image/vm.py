@@ -173,6 +173,7 @@ class Qemu:
     cpus: int = 1
     process: subprocess.Popen[bytes] | None = None
     early_stalls: int = 0  # boots restarted by `wait_report` because the kernel stalled
+    started: float = 0.0  # time.monotonic() when `start` launched the machine
     # arm64: qemu-system-aarch64 -M virt with the kernel and initrd of the image's boot
     # partition (a Pi's firmware is not emulated) and this command line.
     arm64_cmdline: str | None = None
@@ -225,6 +226,7 @@ class Qemu:
             "-serial", f"file:{self.serial_log}",
             "-monitor", f"unix:{self.monitor},server=on,wait=off",
         ]
+        self.started = time.monotonic()
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
