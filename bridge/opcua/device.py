@@ -19,7 +19,8 @@ When a session ends, or a connection attempt fails, the device goes `offline` at
 every point is published once as null / bad: nothing stays "good" while it is stale. The
 next session starts after a backoff (`reconnect_initial` doubling up to `reconnect_max`) and
 creates a new subscription, whose first notifications publish fresh values. A server whose
-certificate is not trusted is retried on the same backoff.
+certificate is not trusted is retried on the same backoff. The loop and the outage are
+bridge/sessions.py's, shared with S7 and EtherNet/IP.
 
 The journal gets one line per change, not one per attempt: a WARNING when the server goes
 away (with the reason), an INFO when a session is back (with how long it was away), an ERROR
@@ -47,14 +48,14 @@ from dataclasses import dataclass, field
 from asyncua import Client, Node, ua
 from asyncua.common.subscription import DataChangeEvent, StatusChangeEvent, Subscription
 
-from bridge.driver import Counters, DeviceContext, WriteError
+from bridge.driver import DeviceContext, WriteError
 from bridge.opcua import values
 from bridge.opcua.config import OpcUaDeviceConfig, OpcUaPointConfig
 from bridge.opcua.connect import SecurityError, close_quietly, open_client
 from bridge.opcua.nodes import resolve
 from bridge.opcua.pki import Pki, UntrustedServerError
-from bridge.point import BAD
 from bridge.report import Reporter, point_reporter
+from bridge.sessions import SessionDevice
 
 log = logging.getLogger("outpost.bridge.opcua")
 # What a lost or refused connection raises (asyncua wraps most in UaError / OSError; a
@@ -85,21 +86,19 @@ class SessionState:
     reason: str = "connection lost"
 
 
-class OpcUaDevice:
+class OpcUaDevice(SessionDevice[SessionState]):
     """One OPC UA server and its points (a `bridge.driver.Device`)."""
+
+    log = log
+    expected = CONNECTION_ERRORS
 
     def __init__(self, config: OpcUaDeviceConfig, context: DeviceContext,
                  pki: Pki | None) -> None:
+        super().__init__(config.name, config.endpoint, context, config.reconnect_initial,
+                         config.reconnect_max)
         self.config = config
-        self.context = context
         self.pki = pki
         self.wallclock = context.wallclock
-        self.online: bool | None = None
-        self.counters = Counters()
-        self.last_error: str | None = None
-        self.sessions = 0  # sessions opened so far (1 after the first connect)
-        self.offline_since: float | None = None  # loop time the server went away
-        self._refusal: str | None = None  # the refusal last logged as an error
         self.session: SessionState | None = None
         self.points: dict[str, PointState] = {}
         for point in config.points:
@@ -122,39 +121,24 @@ class OpcUaDevice:
     def close(self) -> None:
         """Nothing to release: the run task closed its session when it was cancelled."""
 
-    # -- sessions ---------------------------------------------------------------------------
+    # -- sessions (the loop and the outage: bridge/sessions.py) ------------------------------
 
-    async def run(self) -> None:
-        """Open sessions one after the other until cancelled."""
-        backoff = self.config.reconnect_initial
-        while True:
-            try:
-                client = await open_client(self.config, self.pki)
-            except Exception as exc:
-                if not isinstance(exc, CONNECTION_ERRORS):
-                    log.debug("%s: connection failed", self.name, exc_info=True)
-                self._lost(_reason(exc), refused=isinstance(
-                    exc, UntrustedServerError | SecurityError))
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.config.reconnect_max)
-                continue
-            session = SessionState(client)
-            self.session = session
-            try:
-                await self._serve(session)
-            except Exception as exc:
-                if not isinstance(exc, CONNECTION_ERRORS):
-                    log.debug("%s: session failed", self.name, exc_info=True)
-                session.reason = _reason(exc)
-            finally:
-                self.session = None
-                await close_quietly(client)
-            self._lost(session.reason)
-            backoff = self.config.reconnect_initial
-            await asyncio.sleep(backoff)
+    async def connect(self) -> SessionState:
+        """A session with the device's security and identity."""
+        return SessionState(await open_client(self.config, self.pki))
 
-    async def _serve(self, session: SessionState) -> None:
+    async def disconnect(self, session: SessionState) -> None:
+        """Close the session."""
+        self.session = None
+        await close_quietly(session.client)
+
+    def failure(self, exc: BaseException) -> tuple[str, bool]:
+        """The reason; an untrusted server or an unusable security setting is a refusal."""
+        return _reason(exc), isinstance(exc, UntrustedServerError | SecurityError)
+
+    async def serve(self, session: SessionState) -> None:
         """Set up the points on a fresh session and keep them flowing until it is lost."""
+        self.session = session
         client = session.client
 
         async def lost(exc: Exception) -> None:
@@ -163,25 +147,13 @@ class OpcUaDevice:
 
         client.connection_lost_callback = lost
         await self._resolve(client)
-        self.sessions += 1
         if self.config.mode == "poll":
             feeder = asyncio.create_task(self._poll(session))
         else:
             subscription = await self._subscribe(client)
             feeder = asyncio.create_task(self._consume(session, subscription))
-        self.last_error = self._refusal = None
-        self._set_online(True)
         served = len([p for p in self.points.values() if p.error is None])
-        if self.offline_since is None:
-            log.info("%s: session %d on %s (%d of %d point(s) served)", self.name,
-                     self.sessions, self.config.endpoint, served, len(self.points),
-                     extra={"device": self.name})
-        else:
-            log.info("%s: %s back after %.1f s (session %d, %d of %d point(s) served)",
-                     self.name, self.config.endpoint,
-                     asyncio.get_running_loop().time() - self.offline_since, self.sessions,
-                     served, len(self.points), extra={"device": self.name})
-            self.offline_since = None
+        self.connected(f"{served} of {len(self.points)} point(s) served")
         try:
             waiter = asyncio.create_task(session.lost.wait())
             done, _ = await asyncio.wait({feeder, waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -191,6 +163,7 @@ class OpcUaDevice:
             for task in (feeder, waiter):
                 task.cancel()
             await asyncio.gather(feeder, waiter, return_exceptions=True)
+        raise ConnectionError(session.reason)
 
     async def _resolve(self, client: Client) -> None:
         """Find every point's node and DataType; a point that fails is bad on its own."""
@@ -297,39 +270,7 @@ class OpcUaDevice:
         self.counters.exceptions += 1
         log.warning("%s: point %s (%s): %s", self.name, state.config.name, state.config.node,
                     why, extra={"device": self.name})
-        self._publish_bad(state)
-
-    def _publish_bad(self, state: PointState) -> None:
-        if state.reporter.quality == BAD:
-            return
-        payload = state.reporter.offer(None, BAD, asyncio.get_running_loop().time(),
-                                       int(self.wallclock() * 1000), force=True)
-        if payload is not None:
-            self.context.publish(state.reporter.topic, payload)
-
-    def _lost(self, reason: str, refused: bool = False) -> None:
-        """A session ended or could not be opened: offline, every point bad once."""
-        self.counters.timeouts += 1
-        self.last_error = reason
-        if refused and reason != self._refusal:
-            self._refusal = reason
-            log.error("%s: %s refused: %s", self.name, self.config.endpoint, reason,
-                      extra={"device": self.name})
-        elif self.online is not False and not refused:
-            log.warning("%s: %s unreachable: %s", self.name, self.config.endpoint, reason,
-                        extra={"device": self.name})
-        else:
-            log.debug("%s: still unreachable: %s", self.name, reason)
-        if self.offline_since is None:
-            self.offline_since = asyncio.get_running_loop().time()
-        self._set_online(False)
-        for state in self.points.values():
-            self._publish_bad(state)
-
-    def _set_online(self, online: bool) -> None:
-        if self.online is not online:
-            self.online = online
-            self.context.status(self.name, online)
+        self.publish_bad(state.reporter)
 
     # -- writes -----------------------------------------------------------------------------
 

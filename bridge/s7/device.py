@@ -12,10 +12,8 @@ How this works: `S7Device.run` loops over sessions (bridge/s7/session.py). Each 
 4. ends when the connection is lost: a read that gets no answer within `timeout`, a closed
    socket, an answer that is not the answer to the request.
 When a session ends, or a connection attempt fails, the device goes `offline` at once and
-every point is published once as null / bad; the next attempt comes after a backoff
-(`reconnect_initial` doubling up to `reconnect_max`, `reconnect_initial` again after a
-session that ran), and the new session reads every point afresh. The journal gets a WARNING
-when the PLC goes away and an INFO when it is back; the attempts in between are DEBUG lines.
+every point is published once as null / bad; it connects again after a backoff and reads
+every point afresh (bridge/sessions.py, shared with OPC UA and EtherNet/IP).
 
 Writes check the point (known, writable) and the value against its S7 type, `min`/`max` and
 `enum` (values.encode), then write it with one "write var" request (a BOOL as a single bit,
@@ -32,13 +30,13 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from bridge.driver import Counters, DeviceContext, WriteError
-from bridge.point import BAD
+from bridge.driver import DeviceContext, WriteError
 from bridge.report import Reporter, point_reporter
 from bridge.s7 import values, wire
 from bridge.s7.config import S7DeviceConfig, S7PointConfig
 from bridge.s7.plan import Item, Request, Span, item_limit, plan_reads
 from bridge.s7.session import CONNECTION_ERRORS, Session, open_session
+from bridge.sessions import SessionDevice, reason_of
 
 log = logging.getLogger("outpost.bridge.s7")
 LOST = (*CONNECTION_ERRORS, wire.ProtocolError)
@@ -61,19 +59,19 @@ def point_span(point: S7PointConfig) -> Span:
     return Span(point.name, where.area, where.db, start, point.size)
 
 
-class S7Device:
+class S7Device(SessionDevice[Session]):
     """One S7 PLC and its points (a `bridge.driver.Device`)."""
 
+    log = log
+    expected = LOST
+    caught = LOST
+
     def __init__(self, config: S7DeviceConfig, context: DeviceContext) -> None:
+        super().__init__(config.name, f"{config.host}:{config.port}", context,
+                         config.reconnect_initial, config.reconnect_max)
         self.config = config
-        self.context = context
         self.zone = config.zone
-        self.online: bool | None = None
-        self.counters = Counters()
-        self.last_error: str | None = None
         self.session: Session | None = None
-        self.sessions = 0
-        self.offline_since: float | None = None
         self.plan: list[Request] = []
         self.alone: frozenset[str] = frozenset()  # points read on their own (see step 3)
         self.points: dict[str, PointState] = {}
@@ -98,53 +96,29 @@ class S7Device:
     def close(self) -> None:
         """Nothing to release: the run task closed its session when it was cancelled."""
 
-    # -- sessions ---------------------------------------------------------------------------
+    # -- sessions (the loop and the outage: bridge/sessions.py) ------------------------------
 
-    async def run(self) -> None:
-        """Open sessions one after the other until cancelled."""
-        backoff = self.config.reconnect_initial
-        while True:
-            try:
-                session = await open_session(self.config)
-            except LOST as exc:
-                self._lost(_reason(exc))
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.config.reconnect_max)
-                continue
-            self.session = session
-            reason = "connection lost"
-            try:
-                await self._serve(session)
-            except LOST as exc:
-                reason = _reason(exc)
-            finally:
-                self.session = None
-                await session.close()
-            self._lost(reason)
-            backoff = self.config.reconnect_initial
-            await asyncio.sleep(backoff)
+    async def connect(self) -> Session:
+        """A connected session with the device's TSAPs."""
+        return await open_session(self.config)
+
+    async def disconnect(self, session: Session) -> None:
+        """Close the session."""
+        self.session = None
+        await session.close()
 
     def replan(self, pdu: int) -> None:
         """The plan for a PDU size (the session's, or the configured one before a session)."""
         self.plan = plan_reads([s.span for s in self.points.values()], pdu,
                                self.config.max_gap, self.alone)
 
-    async def _serve(self, session: Session) -> None:
+    async def serve(self, session: Session) -> None:
         """Poll every point each poll_interval until the connection is lost."""
-        self.sessions += 1
+        self.session = session
         self._lost_session.clear()
         self.replan(session.pdu)
-        self.last_error = None
-        self._set_online(True)
-        if self.offline_since is None:
-            log.info("%s: connected to %s:%d (PDU %d bytes, %d request(s) per poll for %d "
-                     "point(s))", self.name, self.config.host, self.config.port, session.pdu,
-                     len(self.plan), len(self.points), extra={"device": self.name})
-        else:
-            log.info("%s: %s:%d back after %.1f s (session %d)", self.name, self.config.host,
-                     self.config.port, asyncio.get_running_loop().time() - self.offline_since,
-                     self.sessions, extra={"device": self.name})
-            self.offline_since = None
+        self.connected(f"PDU {session.pdu} bytes, {len(self.plan)} request(s) per poll for "
+                       f"{len(self.points)} point(s)")
         loop = asyncio.get_running_loop()
         due = loop.time()
         while not self._lost_session.is_set():
@@ -223,35 +197,7 @@ class S7Device:
             state.error = why
             log.warning("%s: point %s (%s): %s", self.name, state.config.name,
                         state.config.address, why, extra={"device": self.name})
-        self._publish_bad(state)
-
-    def _publish_bad(self, state: PointState) -> None:
-        if state.reporter.quality == BAD:
-            return
-        payload = state.reporter.offer(None, BAD, asyncio.get_running_loop().time(),
-                                       int(self.context.wallclock() * 1000), force=True)
-        if payload is not None:
-            self.context.publish(state.reporter.topic, payload)
-
-    def _lost(self, reason: str) -> None:
-        """A session ended or could not be opened: offline, every point bad once."""
-        self.counters.timeouts += 1
-        self.last_error = reason
-        if self.online is not False:
-            log.warning("%s: %s:%d unreachable: %s", self.name, self.config.host,
-                        self.config.port, reason, extra={"device": self.name})
-        else:
-            log.debug("%s: still unreachable: %s", self.name, reason)
-        if self.offline_since is None:
-            self.offline_since = asyncio.get_running_loop().time()
-        self._set_online(False)
-        for state in self.points.values():
-            self._publish_bad(state)
-
-    def _set_online(self, online: bool) -> None:
-        if self.online is not online:
-            self.online = online
-            self.context.status(self.name, online)
+        self.publish_bad(state.reporter)
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -288,11 +234,7 @@ class S7Device:
         except LOST as exc:
             self._lost_session.set()
             self._wake.set()
-            raise WriteError(f"write failed: {_reason(exc)}") from None
+            raise WriteError(f"write failed: {reason_of(exc)}") from None
         self._wake.set()
         return written, None
 
-
-def _reason(exc: BaseException) -> str:
-    """A short reason for a failure, with the exception's type when it says nothing."""
-    return str(exc) or type(exc).__name__
