@@ -13,7 +13,6 @@ import html
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -188,7 +187,8 @@ def test_an_s7_plc_is_probed_added_live_written_and_edited(
              message="no S7 value")
     status, page = admin.request("/console/devices/cabinet/write", {
         "csrf": admin.csrf(), "point": "setpoint", "value": "55.5"})
-    assert "wrote cabinet/setpoint = 55.5" in html.unescape(page), page[-2000:]
+    assert status == 200 and "wrote cabinet/setpoint = 55.5" in html.unescape(page), \
+        page[-2000:]
     wait_for(lambda: live_value(gateway, "cabinet", "setpoint") == 55.5, 20,
              message="the written value did not come back")
     # The device page's own settings and a deadband, changed in place.
