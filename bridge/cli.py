@@ -1,5 +1,5 @@
-"""`outpost modbus plan|probe`, `outpost opcua browse|probe`, `outpost s7 probe`: thin commands
-over the families.
+"""`outpost modbus plan|probe`, `outpost opcua browse|probe`, `outpost s7 probe`, and `outpost
+bacnet discover|probe`: thin commands over the families.
 
 `modbus probe` reads once, without retries: either a block of registers decoded every way
 (`--address`, `--count`), or every point of a device map or shipped profile (`--map
@@ -13,6 +13,10 @@ a configured device once (bridge/opcua/tools.py; asyncua is imported only by the
 `s7 probe HOST[:PORT] --point ADDRESS[:TYPE] ...` or `s7 probe --config FILE --device NAME`
 connects to a PLC, prints the PDU size it agreed to and the read plan for it, and reads every
 point once (bridge/s7/tools.py; python-snap7 is imported only by this command).
+
+`bacnet discover` lists the devices that answer a Who-Is (with the keys that configure them);
+`bacnet probe ADDRESS --device-id N --object AI:1 ...` or `bacnet probe --config FILE --device
+NAME` reads every point once with the device's plan (bridge/bacnet/tools.py).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bridge.bacnet.config import BacnetDeviceConfig
 from bridge.config import BridgeConfig
 from bridge.modbus import convert
 from bridge.modbus.config import BusConfig, DeviceConfig, PointConfig
@@ -37,16 +42,18 @@ from bridge.modbus.plan import BIT_TABLES, READ_FUNCTION
 from bridge.modbus.probe import read_once
 from bridge.opcua.config import OpcUaDeviceConfig
 from bridge.s7.config import S7DeviceConfig
+from gateway.base.hostport import parse_host_port
 from gateway.base.settings import ConfigError, format_errors
 
 TABLES = ("coil", "discrete", "holding", "input")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `modbus plan|probe`, `opcua browse|probe` and `s7 probe` under the `outpost`
-    parser."""
+    """Register `modbus plan|probe`, `opcua browse|probe`, `s7 probe`, and `bacnet
+    discover|probe` under the `outpost` parser."""
     _add_opcua_parser(sub)
     _add_s7_parser(sub)
+    _add_bacnet_parser(sub)
     modbus = sub.add_parser("modbus", help="Modbus tools: read plan, probe a device")
     commands = modbus.add_subparsers(dest="modbus_command", required=True)
     plan = commands.add_parser("plan", help="print the requests one poll cycle makes")
@@ -432,3 +439,102 @@ def _s7_target(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeCon
     else:
         data |= {"rack": args.rack, "slot": args.slot}
     return S7DeviceConfig.model_validate(data)
+
+
+# -- outpost bacnet -----------------------------------------------------------------------------
+
+def _add_bacnet_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bacnet = sub.add_parser("bacnet", help="BACnet/IP tools: discover devices, probe a device")
+    commands = bacnet.add_subparsers(dest="bacnet_command", required=True)
+    discover = commands.add_parser(
+        "discover", help="send a global Who-Is and list the devices that answer (also those "
+        "behind routers), with the keys that configure them")
+    discover.add_argument("--broadcast", default="255.255.255.255:47808", metavar="HOST:PORT",
+                          help="where the Who-Is goes (default 255.255.255.255:47808; a "
+                          "subnet's broadcast address, or one device's address)")
+    discover.add_argument("--bind", default="0.0.0.0:47808", metavar="HOST:PORT",
+                          help="the local address (default 0.0.0.0:47808: devices that "
+                          "answer by broadcast are heard only on port 47808)")
+    discover.add_argument("--wait", type=float, default=3.0,
+                          help="seconds to collect answers (default 3)")
+    discover.add_argument("--low", type=int, help="lowest device instance asked for")
+    discover.add_argument("--high", type=int, help="highest device instance asked for")
+    probe = commands.add_parser(
+        "probe", help="reach a device, print its max APDU and read plan, and read every "
+        "point once (--object ..., or --config and --device)")
+    probe.add_argument("address", nargs="?", help="HOST[:PORT] of the device or its router "
+                       "(default: the device's, with --config)")
+    probe.add_argument("--device-id", type=int, help="the device instance")
+    probe.add_argument("--network", type=int, help="behind a router: the network number")
+    probe.add_argument("--mac", help="behind a router: the MAC in hex")
+    probe.add_argument("--object", action="append", default=[], metavar="TYPE:INSTANCE",
+                       help="an object to read, e.g. AI:1 or analog-value:3 (repeatable)")
+    probe.add_argument("--config", type=Path, help="TOML configuration file")
+    probe.add_argument("--device", help="a [[bridge.bacnet]] device of --config")
+    probe.add_argument("--bind", default="0.0.0.0:0", metavar="HOST:PORT",
+                       help="the local address (default: any free port)")
+    probe.add_argument("--timeout", type=float, default=2.0, help="seconds (default 2)")
+
+
+def run_bacnet(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig]) -> int:
+    """Dispatch `outpost bacnet ...` (`load_bridge` as for `run`)."""
+    from bridge.bacnet import tools  # noqa: PLC0415 (only this command needs it)
+
+    if args.bacnet_command == "discover":
+        try:
+            bind = parse_host_port(args.bind, 47808)
+            target = parse_host_port(args.broadcast, 47808)
+            devices = asyncio.run(tools.discover((bind.host, bind.port),
+                                                 (target.host, target.port), args.wait,
+                                                 args.low, args.high))
+        except (OSError, ValueError) as exc:
+            print(f"bacnet discover failed: {exc}", file=sys.stderr)
+            return 1
+        for line in tools.format_discovered(devices):
+            print(line)
+        return 0 if devices else 1
+    try:
+        config = _bacnet_target(args, load_bridge)
+    except ConfigError as exc:
+        return _invalid(exc)
+    except ValidationError as exc:
+        print("bacnet: invalid arguments:", file=sys.stderr)
+        for line in format_errors(exc, BacnetDeviceConfig):
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"bacnet: {exc}", file=sys.stderr)
+        return 2
+    try:
+        lines, failed = asyncio.run(tools.probe(config))
+    except Exception as exc:  # every failure of a one-off command is its answer
+        print(f"bacnet probe failed: {exc or type(exc).__name__}", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line)
+    return 1 if failed else 0
+
+
+def _bacnet_target(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig],
+                   ) -> BacnetDeviceConfig:
+    """The device to probe: from --config/--device, or made from the arguments."""
+    if args.config is not None or args.device is not None:
+        if args.config is None or args.device is None:
+            raise ValueError("--config and --device go together")
+        devices = {d.name: d for d in load_bridge(args.config).bacnet}
+        if args.device not in devices:
+            raise ValueError(f"no [[bridge.bacnet]] device {args.device!r} in {args.config} "
+                             f"(devices: {', '.join(sorted(devices)) or 'none'})")
+        device = devices[args.device]
+        return device.model_copy(update={"address": args.address}) if args.address else device
+    if not args.address or args.device_id is None:
+        raise ValueError("probe needs an ADDRESS and --device-id (or --config FILE --device "
+                         "NAME)")
+    data: dict[str, Any] = {
+        "name": "probe", "address": args.address, "device_id": args.device_id,
+        "local_address": args.bind, "timeout": args.timeout, "retries": 0,
+        "points": [{"name": f"p{i + 1}", "object": text} for i, text in enumerate(args.object)]}
+    if args.network is not None or args.mac is not None:
+        data |= {"network": args.network, "mac": args.mac}
+    return BacnetDeviceConfig.model_validate(data)
+

@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "with (default: the system's; through --config: the configured "
                         "tls_cert itself)")
 
-    bridge_cli.add_parser(sub)  # outpost modbus plan|probe, opcua browse|probe, s7 probe
+    # outpost modbus plan|probe, opcua browse|probe, s7 probe, bacnet discover|probe
+    bridge_cli.add_parser(sub)
     _add_update_parser(sub)
     _add_config_parser(sub)
     enroll = sub.add_parser("enroll", help="first contact: make this gateway's key pair, get "
@@ -552,6 +553,11 @@ def cmd_s7(args: argparse.Namespace) -> int:
     return bridge_cli.run_s7(args, lambda path: load_config(path).bridge)
 
 
+def cmd_bacnet(args: argparse.Namespace) -> int:
+    """`outpost bacnet discover|probe`: the bridge's BACnet tools."""
+    return bridge_cli.run_bacnet(args, lambda path: load_config(path).bridge)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point."""
     args = build_parser().parse_args(argv)
@@ -566,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         "modbus": cmd_modbus,
         "opcua": cmd_opcua,
         "s7": cmd_s7,
+        "bacnet": cmd_bacnet,
         "update": cmd_update,
         "config": cmd_config,
         "enroll": cmd_enroll,
