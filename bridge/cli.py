@@ -390,12 +390,8 @@ def run_s7(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig]
     except ValueError as exc:
         print(f"s7: {exc}", file=sys.stderr)
         return 2
-    # python-snap7 is an optional dependency: only this command loads it.
-    try:
-        from bridge.s7 import tools  # noqa: PLC0415
-    except ImportError as exc:
-        print(f"s7: {exc} (install the s7 extra: pip install 'outpost[s7]')", file=sys.stderr)
-        return 2
+    from bridge.s7 import tools  # noqa: PLC0415 (python-snap7: only this command loads it)
+
     try:
         lines, failed = asyncio.run(tools.probe(config))
     except Exception as exc:  # every failure of a one-off command is its answer

@@ -16,7 +16,7 @@ part of the `[bridge]` model, which imports every family's configuration model.
   takes seconds to import on a small board, so it is imported when the first OPC UA device
   is opened, not by every gateway that has none.
 - S7: an `S7Device` per `[[bridge.s7]]` entry, each with its own connection, nothing shared.
-  python-snap7 (the optional `s7` extra) is imported when the first S7 device is opened.
+  python-snap7 is imported when the first S7 device is opened.
 - BACnet/IP: a `BacnetDevice` per `[[bridge.bacnet]]` entry, each with its own UDP socket
   (COV notifications come back to the address that subscribed), nothing shared. Its device
   module is imported when the first BACnet device is opened.
@@ -184,7 +184,7 @@ class S7Family:
 
     def open(self, device: S7DeviceConfig, context: DeviceContext) -> Device:
         """A device that opens its own connections."""
-        from bridge.s7.device import S7Device  # noqa: PLC0415 (optional dependency: python-snap7)
+        from bridge.s7.device import S7Device  # noqa: PLC0415 (python-snap7: only when used)
 
         return S7Device(device, context)
 
@@ -193,7 +193,7 @@ class S7Family:
 
     async def explore(self, device: S7DeviceConfig, bridge: BridgeConfig) -> Exploration:
         """The PDU size, the read plan, and every point read once with it."""
-        from bridge.s7 import tools  # noqa: PLC0415 (optional dependency: python-snap7)
+        from bridge.s7 import tools  # noqa: PLC0415 (python-snap7: only when used)
 
         return await tools.explore(device)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 import tomllib
 from importlib.metadata import packages_distributions
@@ -78,3 +79,25 @@ def test_the_image_installs_exactly_the_project_dependencies() -> None:
     build = (ROOT / "image" / "build.sh").read_text("utf-8")
     assert '["project"]["dependencies"]' in build
     assert not (ROOT / "image" / "requirements.txt").exists(), "one list: pyproject.toml"
+
+
+# The device families' client libraries: dependencies of every gateway, loaded only when a
+# device of their family is opened (bridge/families.py), so a gateway without such devices
+# starts as fast and as small as before they were added.
+FAMILY_LIBRARIES = ("asyncua", "snap7", "pycomm3")
+
+
+def test_start_up_loads_no_device_familys_library() -> None:
+    declared = {_name(r) for r in PROJECT}
+    assert {"asyncua", "python-snap7", "pycomm3"} <= declared
+    # what `outpost run` imports before it opens a device: the app, the bridge with every
+    # family registered, the console that renders every family's forms
+    code = ("import sys, outpost.cli, outpost.app, outpost.console, bridge.families, "
+            "bridge.runtime, bridge.catalog\n"
+            "from bridge.families import registered\n"
+            "from bridge.catalog import entries\n"
+            "[entry.schema() for entry in entries(registered(None))]\n"
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(FAMILY_LIBRARIES)!r}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=ROOT, check=True)
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr
