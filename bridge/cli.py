@@ -1,5 +1,5 @@
-"""`outpost modbus plan|probe`, `outpost opcua browse|probe`, `outpost s7 probe`, and `outpost
-bacnet discover|probe`: thin commands over the families.
+"""`outpost modbus plan|probe`, `outpost opcua browse|probe`, `outpost s7 probe`, `outpost
+bacnet discover|probe`, `outpost enip probe|browse`: thin commands over the families.
 
 `modbus probe` reads once, without retries: either a block of registers decoded every way
 (`--address`, `--count`), or every point of a device map or shipped profile (`--map
@@ -17,6 +17,11 @@ point once (bridge/s7/tools.py; python-snap7 is imported only by this command).
 `bacnet discover` lists the devices that answer a Who-Is (with the keys that configure them);
 `bacnet probe ADDRESS --device-id N --object AI:1 ...` or `bacnet probe --config FILE --device
 NAME` reads every point once with the device's plan (bridge/bacnet/tools.py).
+
+`enip probe HOST[:PORT] --point TAG:TYPE ...` or `enip probe --config FILE --device NAME`
+connects to a Logix controller, prints the connection size it granted and the read plan, and
+reads every point once; `enip browse HOST[:PORT]` lists the controller's tags
+(bridge/enip/tools.py; pycomm3 is imported only by these commands).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from pydantic import ValidationError
 
 from bridge.bacnet.config import BacnetDeviceConfig
 from bridge.config import BridgeConfig
+from bridge.enip.config import EnipDeviceConfig
 from bridge.modbus import convert
 from bridge.modbus.config import BusConfig, DeviceConfig, PointConfig
 from bridge.modbus.frames import Request
@@ -49,11 +55,12 @@ TABLES = ("coil", "discrete", "holding", "input")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `modbus plan|probe`, `opcua browse|probe`, `s7 probe`, and `bacnet
-    discover|probe` under the `outpost` parser."""
+    """Register `modbus plan|probe`, `opcua browse|probe`, `s7 probe`, `bacnet
+    discover|probe` and `enip probe|browse` under the `outpost` parser."""
     _add_opcua_parser(sub)
     _add_s7_parser(sub)
     _add_bacnet_parser(sub)
+    _add_enip_parser(sub)
     modbus = sub.add_parser("modbus", help="Modbus tools: read plan, probe a device")
     commands = modbus.add_subparsers(dest="modbus_command", required=True)
     plan = commands.add_parser("plan", help="print the requests one poll cycle makes")
@@ -534,3 +541,87 @@ def _bacnet_target(args: argparse.Namespace, load_bridge: Callable[[Path], Bridg
         data |= {"network": args.network, "mac": args.mac}
     return BacnetDeviceConfig.model_validate(data)
 
+
+# -- outpost enip -------------------------------------------------------------------------------
+
+def _add_enip_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    enip = sub.add_parser("enip", help="EtherNet/IP (Logix) tools: probe a controller, list "
+                          "its tags")
+    commands = enip.add_subparsers(dest="enip_command", required=True)
+    probe = commands.add_parser(
+        "probe", help="connect to a controller, print the connection size and the read plan, "
+        "and read every point once (--point ..., or --config and --device)",
+        description="Tags as Studio 5000 names them: Speed, Recipe[3], Motor.Speed, "
+        "Program:Main.Count.")
+    browse = commands.add_parser("browse", help="list the controller's tags (controller and "
+                                 "program scope) with their data types")
+    for command in (probe, browse):
+        command.add_argument("host", nargs="?", help="HOST or HOST:PORT (default port 44818; "
+                             "default: the device's, with --config)")
+        command.add_argument("--path", help="the route to the controller as port,link pairs: "
+                             "1,0 (backplane, slot 0: the default), \"\" for none")
+        command.add_argument("--config", type=Path, help="TOML configuration file")
+        command.add_argument("--device", help="an [[bridge.enip]] device of --config")
+        command.add_argument("--timeout", type=float, default=2.0, help="seconds (default 2)")
+    probe.add_argument("--point", action="append", default=[], metavar="TAG:TYPE",
+                       help="a tag and its Logix type, e.g. Motor.Speed:REAL (repeatable)")
+
+
+def run_enip(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig]) -> int:
+    """Dispatch `outpost enip ...` (`load_bridge` as for `run`)."""
+    try:
+        config = _enip_target(args, load_bridge)
+    except ConfigError as exc:
+        return _invalid(exc)
+    except ValidationError as exc:
+        print("enip: invalid arguments:", file=sys.stderr)
+        for line in format_errors(exc, EnipDeviceConfig):
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"enip: {exc}", file=sys.stderr)
+        return 2
+    from bridge.enip import tools  # noqa: PLC0415 (pycomm3: only this command needs it)
+
+    try:
+        if args.enip_command == "browse":
+            lines, failed = asyncio.run(tools.browse(config)), 0
+        else:
+            lines, failed = asyncio.run(tools.probe(config))
+    except Exception as exc:  # every failure of a one-off command is its answer
+        print(f"enip {args.enip_command} failed: {exc or type(exc).__name__}", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line)
+    return 1 if failed else 0
+
+
+def _enip_target(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig],
+                 ) -> EnipDeviceConfig:
+    """The controller: from --config/--device, or made from the arguments."""
+    host_port = parse_host_port(args.host, 44818) if args.host else None
+    if args.config is not None or args.device is not None:
+        if args.config is None or args.device is None:
+            raise ValueError("--config and --device go together")
+        devices = {d.name: d for d in load_bridge(args.config).enip}
+        if args.device not in devices:
+            raise ValueError(f"no [[bridge.enip]] device {args.device!r} in {args.config} "
+                             f"(devices: {', '.join(sorted(devices)) or 'none'})")
+        device = devices[args.device]
+        if host_port is not None:
+            device = device.model_copy(update={"host": host_port.host,
+                                               "port": host_port.port})
+        return device
+    if host_port is None:
+        raise ValueError(f"{args.enip_command} needs a HOST (or --config FILE --device NAME)")
+    points = []
+    for i, text in enumerate(getattr(args, "point", [])):
+        tag, _, kind = text.rpartition(":")
+        if not tag:
+            raise ValueError(f"--point {text!r}: write TAG:TYPE, e.g. Motor.Speed:REAL")
+        points.append({"name": f"p{i + 1}", "tag": tag, "type": kind.upper()})
+    data: dict[str, Any] = {"name": "probe", "host": host_port.host, "port": host_port.port,
+                            "timeout": args.timeout, "points": points}
+    if args.path is not None:
+        data["path"] = args.path
+    return EnipDeviceConfig.model_validate(data)

@@ -3,7 +3,7 @@
 How this works: `BridgeConfig` aggregates the models of each device family (Modbus buses and
 devices from bridge/modbus/config.py, serial line devices from bridge/serial/config.py, OPC UA
 servers from bridge/opcua/config.py, S7 PLCs from bridge/s7/config.py, BACnet/IP devices from
-bridge/bacnet/config.py) and holds the checks
+bridge/bacnet/config.py, Logix controllers from bridge/enip/config.py) and holds the checks
 that involve several of them (duplicate names, devices on unknown buses, unit ids used twice
 on a bus, one RTU-over-TCP converter behind two buses, a name used by two families, a port used
 by two kinds).
@@ -28,6 +28,7 @@ from pydantic import (
 
 from bridge.bacnet.config import BacnetDeviceConfig
 from bridge.driver import DeviceSettings
+from bridge.enip.config import EnipDeviceConfig
 from bridge.modbus.config import BusConfig, DeviceConfig
 from bridge.opcua.config import OpcUaDeviceConfig
 from bridge.point import check_unique
@@ -91,6 +92,7 @@ class BridgeConfig(Section):
     opcua: list[OpcUaDeviceConfig] = Field(default_factory=list)
     s7: list[S7DeviceConfig] = Field(default_factory=list)
     bacnet: list[BacnetDeviceConfig] = Field(default_factory=list)
+    enip: list[EnipDeviceConfig] = Field(default_factory=list)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -175,13 +177,17 @@ class BridgeConfig(Section):
         problems += check_unique([d.name for d in self.bacnet], "bacnet", "device name")
         problems += [f"bacnet.{i}: device name {d.name!r} is also a Modbus, serial, OPC UA or "
                      f"S7 device" for i, d in enumerate(self.bacnet) if d.name in taken]
+        taken |= {d.name for d in self.bacnet}
+        problems += check_unique([d.name for d in self.enip], "enip", "device name")
+        problems += [f"enip.{i}: device name {d.name!r} is also a Modbus, serial, OPC UA, S7 "
+                     f"or BACnet device" for i, d in enumerate(self.enip) if d.name in taken]
         if problems:
             raise ValueError("; ".join(problems))
         return self
 
     def device_configs(self) -> list[DeviceSettings]:
         """Every device of every family, in family then configuration order."""
-        return [*self.devices, *self.serial, *self.opcua, *self.s7, *self.bacnet]
+        return [*self.devices, *self.serial, *self.opcua, *self.s7, *self.enip, *self.bacnet]
 
     def bus(self, name: str) -> BusConfig:
         """The bus called `name`."""

@@ -20,6 +20,8 @@ part of the `[bridge]` model, which imports every family's configuration model.
 - BACnet/IP: a `BacnetDevice` per `[[bridge.bacnet]]` entry, each with its own UDP socket
   (COV notifications come back to the address that subscribed), nothing shared. Its device
   module is imported when the first BACnet device is opened.
+- EtherNet/IP: an `EnipDevice` per `[[bridge.enip]]` entry (a Logix controller), each with its
+  own connection, nothing shared. pycomm3 is imported when the first such device is opened.
 
 `registered` lists the families: the bridge runs them, and the console (bridge/catalog.py)
 renders each one's forms from its configuration model and probes through its optional
@@ -37,6 +39,7 @@ from typing import Any
 from bridge.bacnet.config import BacnetDeviceConfig
 from bridge.config import BridgeConfig
 from bridge.driver import Device, DeviceContext, Exploration, Family
+from bridge.enip.config import EnipDeviceConfig
 from bridge.modbus import probe
 from bridge.modbus.bus import ModbusBus
 from bridge.modbus.config import BusConfig, DeviceConfig, profile_names
@@ -50,7 +53,8 @@ from bridge.serial.reader import SerialLineDevice
 def registered(state_dir: Path | None) -> list[Family[Any, BridgeConfig]]:
     """Every device family, in the order the bridge starts them and the console lists them:
     a family registers here (and its device list in `BridgeConfig`), nowhere else."""
-    return [ModbusFamily(), SerialFamily(), OpcUaFamily(state_dir), S7Family(), BacnetFamily()]
+    return [ModbusFamily(), SerialFamily(), OpcUaFamily(state_dir), S7Family(), EnipFamily(),
+            BacnetFamily()]
 
 
 class ModbusFamily:
@@ -194,6 +198,38 @@ class S7Family:
     async def explore(self, device: S7DeviceConfig, bridge: BridgeConfig) -> Exploration:
         """The PDU size, the read plan, and every point read once with it."""
         from bridge.s7 import tools  # noqa: PLC0415 (python-snap7: only when used)
+
+        return await tools.explore(device)
+
+
+class EnipFamily:
+    """Logix controllers over EtherNet/IP, each a device with its own connection."""
+
+    kind = "enip"
+    title = "Logix controller (EtherNet/IP)"
+
+    def configs(self, bridge: BridgeConfig) -> Sequence[EnipDeviceConfig]:
+        """`[[bridge.enip]]`."""
+        return bridge.enip
+
+    def environment(self, device: EnipDeviceConfig, bridge: BridgeConfig) -> None:
+        """Nothing beyond the device's own configuration."""
+
+    def configure(self, bridge: BridgeConfig) -> None:
+        """Nothing shared to open."""
+
+    def open(self, device: EnipDeviceConfig, context: DeviceContext) -> Device:
+        """A device that opens its own connections."""
+        from bridge.enip.device import EnipDevice  # noqa: PLC0415 (pycomm3: only when used)
+
+        return EnipDevice(device, context)
+
+    def close(self) -> None:
+        """Nothing shared to close."""
+
+    async def explore(self, device: EnipDeviceConfig, bridge: BridgeConfig) -> Exploration:
+        """The connection size, the read plan, every point read once, the controller's tags."""
+        from bridge.enip import tools  # noqa: PLC0415 (pycomm3: only when used)
 
         return await tools.explore(device)
 

@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "with (default: the system's; through --config: the configured "
                         "tls_cert itself)")
 
-    # outpost modbus plan|probe, opcua browse|probe, s7 probe, bacnet discover|probe
+    # outpost modbus plan|probe, opcua browse|probe, s7 probe, bacnet discover|probe,
+    # enip probe|browse
     bridge_cli.add_parser(sub)
     _add_update_parser(sub)
     _add_config_parser(sub)
@@ -558,6 +559,11 @@ def cmd_bacnet(args: argparse.Namespace) -> int:
     return bridge_cli.run_bacnet(args, lambda path: load_config(path).bridge)
 
 
+def cmd_enip(args: argparse.Namespace) -> int:
+    """`outpost enip probe|browse`: the bridge's EtherNet/IP tools."""
+    return bridge_cli.run_enip(args, lambda path: load_config(path).bridge)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point."""
     args = build_parser().parse_args(argv)
@@ -573,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         "opcua": cmd_opcua,
         "s7": cmd_s7,
         "bacnet": cmd_bacnet,
+        "enip": cmd_enip,
         "update": cmd_update,
         "config": cmd_config,
         "enroll": cmd_enroll,

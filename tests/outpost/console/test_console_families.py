@@ -1,10 +1,11 @@
 """Every device family in the console, over real HTTP against a running `outpost run`: the
 forms come from each family's configuration model, the probe and browse from its `explore`.
 
-The peers are independent implementations: an OPC UA server of node-opcua and an S7 PLC of
-node-snap7 (snap7's C server), both as processes. One gateway for the module; each test adds
-its device through the generic form, probes (and browses) it first, applies, sees its values,
-writes, edits it, and disables it, as a technician would with the family's page.
+The peers are independent implementations: an OPC UA server of node-opcua, an S7 PLC of
+node-snap7 (snap7's C server) and cpppo's Logix simulator, all as processes. One gateway for
+the module; each test adds its device through the generic form, probes (and browses) it
+first, applies, sees its values, writes, edits it, and disables it, as a technician would with
+the family's page.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from bridge.catalog import entries
 from bridge.families import registered
 from gateway.broker.net.security_files import set_password
+from tests.bridge.enip.support import LogixSimulator
 from tests.bridge.opcua.support import NodeServer
 from tests.bridge.s7.support import S7Server
 from tests.outpost.console.support import HttpSession
@@ -57,6 +59,13 @@ def s7() -> Iterator[S7Server]:
     server = S7Server().start()
     yield server
     server.kill()
+
+
+@pytest.fixture(scope="module")
+def logix() -> Iterator[LogixSimulator]:
+    simulator = LogixSimulator().start()
+    yield simulator
+    simulator.kill()
 
 
 @pytest.fixture
@@ -199,3 +208,32 @@ def test_an_s7_plc_is_probed_added_live_written_and_edited(
     assert "deadband = 0.5" in gateway.config_path.read_text()
     page = post(admin, "/console/devices/cabinet", {"poll_interval": "inf"})
     assert "finite" in error_at(page, "poll_interval")
+
+
+def test_a_logix_controller_is_probed_added_live_and_written(
+        gateway: Outpost, logix: LogixSimulator, admin: HttpSession) -> None:
+    device = {"name": "line", "host": "127.0.0.1", "port": str(logix.port), "path": "1,0",
+              "poll_interval": "0.2",
+              "points.0.name": "speed", "points.0.tag": "Motor.Speed", "points.0.type": "REAL",
+              "points.0.unit": "rpm",
+              "points.1.name": "setpoint", "points.1.tag": "Setpoint", "points.1.type": "REAL",
+              "points.1.writable": "1",
+              "points.2.name": "count", "points.2.tag": "Program:Main.Count",
+              "points.2.type": "DINT"}
+    # A tag name that cannot be one is shown in its row, before any connection.
+    page = post(admin, "/console/enip/probe", {**device, "points.2.tag": "Main Count"})
+    assert "not a Logix tag name" in error_at(page, "points.2.tag"), page[-3000:]
+    # The probe: the connection, the plan, each point read once by the controller.
+    page = post(admin, "/console/enip/probe", device)
+    assert answer(page, "speed") == "0.0 rpm" and answer(page, "count") == "0", page[-3000:]
+    assert "connection size 4000" in page and "plan: 1 request" in page
+    page = apply(admin, post(admin, "/console/enip/new", device), "[[bridge.enip]]")
+    assert "applied: add device line" in page
+    wait_for(lambda: live_value(gateway, "line", "speed") == 0.0, 20,
+             message="no EtherNet/IP value")
+    status, page = admin.request("/console/devices/line/write", {
+        "csrf": admin.csrf(), "point": "setpoint", "value": "42.5"})
+    assert status == 200 and "wrote line/setpoint = 42.5" in html.unescape(page), \
+        page[-2000:]
+    wait_for(lambda: live_value(gateway, "line", "setpoint") == 42.5, 20,
+             message="the written value did not come back")

@@ -1,0 +1,1 @@
+"""EtherNet/IP (CIP) to Rockwell / Allen-Bradley Logix controllers: tags by name."""
