@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -9,6 +10,67 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker_proc import BrokerProcess, start_broker
+
+#: Seconds the longest files of `make test` took on a loaded 2-core machine (two workers,
+#: `--durations`). Only their order of size matters: the scheduler below starts them first.
+SLOW_FILES: dict[str, int] = {
+    "tests/cloud_spark/test_incremental.py": 176,
+    "tests/storage/test_crash.py": 155,
+    "tests/cloud_spark/test_gateway_outages.py": 133,
+    "tests/cloud_spark/test_jobs_e2e.py": 111,
+    "tests/cloud_spark/test_availability.py": 83,
+    "tests/outpost/test_certificate.py": 58,
+    "tests/outpost/test_remote_update.py": 45,
+    "tests/cloud_spark/test_lander.py": 43,
+    "tests/outpost/test_remote_config.py": 39,
+    "tests/cloud_spark/test_fleet_job.py": 36,
+    "tests/outpost/test_enroll.py": 35,
+    "tests/cloud_spark/test_spark_session.py": 34,
+    "tests/cloud_spark/test_cli.py": 31,
+}
+
+
+def _lane_sizes(count: int, workers: int) -> list[int]:
+    """How many tests xdist's worksteal scheduler first hands each worker: contiguous
+    chunks of the collection, `len(pending) // workers_remaining` each, in order."""
+    sizes: list[int] = []
+    for remaining in range(workers, 0, -1):
+        sizes.append((count - sum(sizes)) // remaining)
+    return sizes
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected: the counts are of what runs
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Start the longest files first, spread over the workers.
+
+    Worksteal gives each worker a contiguous chunk of the collection and an idle worker
+    steals from the end of another's chunk. In collection order the long Spark, crash and
+    gateway files sat together in one chunk and ran one after another at the end of the
+    run while the other worker had nothing left to take. Here each chunk starts with its
+    share of :data:`SLOW_FILES` (longest first, each to the chunk with the fewest seconds so
+    far) and ends with short tests, which are the ones stolen. A file keeps its own order.
+    Without a slow file among the items (a single file, `make image-test`) nothing moves.
+    """
+    root = config.rootpath
+    by_file: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.path.relative_to(root).as_posix(), []).append(item)
+    slow = sorted((f for f in by_file if f in SLOW_FILES), key=lambda f: -SLOW_FILES[f])
+    if not slow:
+        return
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    lanes: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    seconds = [0] * workers
+    for name in slow:
+        lane = seconds.index(min(seconds))
+        lanes[lane] += by_file[name]
+        seconds[lane] += SLOW_FILES[name]
+    short = [item for name, group in by_file.items() if name not in SLOW_FILES for item in group]
+    for chunk, size in zip(lanes, _lane_sizes(len(items), workers), strict=True):
+        take = max(0, size - len(chunk))
+        chunk.extend(short[:take])
+        del short[:take]
+    items[:] = [item for chunk in lanes for item in chunk] + short
 
 
 @pytest.fixture
