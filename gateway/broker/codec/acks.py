@@ -18,7 +18,9 @@ from gateway.broker.codec.properties import decode_properties, encode_properties
 from gateway.broker.codec.reason_codes import ALLOWED_REASON_CODES
 from gateway.broker.codec.wire import fixed_header
 
-__all__ = ["QosAck", "decode_ack", "encode_ack"]
+__all__ = ["PUBACK_FIRST", "QosAck", "decode_ack", "encode_ack", "short_ack"]
+
+PUBACK_FIRST = 0x40
 
 QosAck = PubAck | PubRec | PubRel | PubComp
 
@@ -77,3 +79,12 @@ def encode_ack(packet: QosAck, version: int) -> bytes:
         return bytes((first, 3)) + head + bytes((code,))
     body = head + bytes((code,)) + block
     return fixed_header(first, len(body)) + body
+
+
+def short_ack(first: int, packet_id: int) -> bytes:
+    """The acknowledgement with fixed-header byte `first` (`PUBACK_FIRST`, ...), reason 0 and
+    no properties: the bytes `encode_ack` writes for it in every version, without building a
+    packet (one per QoS 1 publish taken)."""
+    if not 0 < packet_id <= 0xFFFF:
+        raise LocalProtocolError(f"no acknowledgement for packet identifier {packet_id}")
+    return bytes((first, 2, packet_id >> 8, packet_id & 0xFF))

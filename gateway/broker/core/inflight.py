@@ -121,7 +121,8 @@ class Outbound:
 
     def __len__(self) -> int:
         """Queued deliveries, in memory and spilled."""
-        return len(self.queue) + self.spilled
+        queue = self._queue  # not through `queue`: flow control asks once per message
+        return (len(queue) if queue is not None else 0) + self.spilled
 
     @property
     def queued_bytes(self) -> int:
@@ -222,10 +223,16 @@ class Outbound:
 
     def pop(self) -> Delivery | None:
         """Take the oldest queued delivery."""
-        if not self._queue:
+        queue = self._queue
+        if not queue:
             return None
-        delivery = self._queue.popleft()
-        self.queued_bytes -= delivery.message.queued_cost
+        delivery = queue.popleft()
+        # the `queued_bytes` setter, inline: once per queued message
+        size = delivery.message.queued_cost
+        self._queued_bytes -= size
+        budget = self.limits.budget
+        if budget is not None:
+            budget.used -= size
         return delivery
 
     def allocate_id(self) -> int:

@@ -29,6 +29,7 @@ from gateway.broker.codec.packets import (
     Properties,
     Publish,
 )
+from gateway.broker.codec.publish import encode_publish_shape
 
 # Shape key: (protocol version, qos > 0, subscription ids, remaining expiry seconds)
 _ShapeKey = tuple[int, bool, tuple[int, ...], int | None]
@@ -147,13 +148,16 @@ class Message:
     def _encode_shape(
         self, version: int, with_id: bool, subscription_ids: tuple[int, ...], remaining: int | None
     ) -> tuple[bytes, int]:
+        properties = (self.v5_properties(subscription_ids, remaining) if version == MQTT_5
+                      else NO_PROPERTIES)
+        if properties is NO_PROPERTIES:  # the common case, built without a Publish
+            return encode_publish_shape(self.topic, self.payload, with_id, version == MQTT_5)
         packet = Publish(
             topic=self.topic,
             payload=self.payload,
             qos=1 if with_id else 0,
             packet_id=1 if with_id else None,
-            properties=self.v5_properties(subscription_ids, remaining)
-            if version == MQTT_5 else NO_PROPERTIES,
+            properties=properties,
         )
         data = encode(packet, version)
         header = 2

@@ -226,9 +226,11 @@ class Broker:
             else:
                 self.protocol_error(conn, ReasonCode.PROTOCOL_ERROR, "first packet must be CONNECT")
             return
-        if isinstance(packet, Publish):
+        # by exact class (the packet classes have no subclasses): the packets of every QoS 1
+        # message first
+        if type(packet) is Publish:
             handle_publish.on_publish(self, conn, packet, now, raw)
-        elif isinstance(packet, PubAck):
+        elif type(packet) is PubAck:
             handle_publish.on_puback(self, conn, packet, now)
         elif isinstance(packet, PubRec):
             handle_publish.on_pubrec(self, conn, packet)

@@ -185,7 +185,8 @@ class Dispatcher:
                 if conn.sink.backlog() < HIGH_WATER:
                     self.send(conn, delivery, now)
                     return True
-            elif len(outbound.inflight) < self.window(conn):
+            elif len(outbound.inflight) < min(conn.client_receive_maximum,
+                                              self.limits.max_inflight):  # window(), inline
                 if session.persistent:
                     self.hooks.qos_stored(session.client_id, delivery)
                 self.send(conn, delivery, now)
@@ -225,9 +226,14 @@ class Dispatcher:
 
     def pump(self, session: Session, now: float) -> None:
         """Move queued deliveries to the connection while the window and socket allow."""
-        self._pump(session, now)
         if session.congested or session.slow:
-            self.flow.drained(session)
+            # flow control judges such a session by how many messages it takes (`sent` counts
+            # only this session's while `_pump` runs)
+            sent = self.counters.sent
+            self._pump(session, now)
+            self.flow.drained(session, self.counters.sent - sent)
+        else:
+            self._pump(session, now)
 
     def _pump(self, session: Session, now: float) -> None:
         conn = session.connection
@@ -247,7 +253,9 @@ class Dispatcher:
                     return
                 continue
             head = queue[0]
-            if head.message.expired(now) and not head.packet_id:  # not once delivery started
+            expires_at = head.message.expires_at  # Message.expired(), inline: once per message
+            if expires_at is not None and now >= expires_at and not head.packet_id:
+                # expired while queued (not once its delivery started)
                 outbound.pop()
                 self.counters.expired += 1
                 if head.qos > 0 and session.persistent:

@@ -8,13 +8,17 @@ publisher instead of the broker buffering (and, at the queue limit, dropping) it
 the session's queue drains below the low-water mark, every publisher paused for it is resumed.
 
 Only a consumer that keeps up may slow publishers down. A session that keeps a publisher paused
-longer than `STALL_SECONDS` (its subscriber is stalled, or slower than the publisher for good)
-is marked *slow*: its publishers are resumed and it pauses nobody until its queue has drained
-below the low-water mark again; meanwhile its own queue limit and overflow policy apply to it
-alone. Offline sessions and in-process links never pause anyone. A session whose own client is
-paused cannot drain (its acknowledgements are not being read), so it never pauses a publisher,
-and pausing a client resumes the publishers waiting for it: two clients publishing to each other
-cannot deadlock.
+longer than `STALL_SECONDS` and delivered less than the gap between the two marks per
+`STALL_SECONDS` meanwhile (its subscriber is stalled, or drains slower than the pause bets on)
+is marked *slow*: its publishers are resumed and it pauses nobody; meanwhile its own queue limit
+and overflow policy apply to it alone. It stops being slow when its queue drains below the
+low-water mark, or as soon as it delivers at that rate again: a subscriber marked slow while the
+broker itself was starved of CPU would otherwise stay slow for good, because publishers that are
+never paused outrun it and its queue never drains. Progress, not the publisher's waiting time,
+is what counts: a pause also lasts while the broker does not run at all. Offline sessions and
+in-process links never pause anyone. A session whose own client is paused cannot drain (its
+acknowledgements are not being read), so it never pauses a publisher, and pausing a client
+resumes the publishers waiting for it: two clients publishing to each other cannot deadlock.
 
 Pure and synchronous: `now` comes from the caller.
 """
@@ -52,6 +56,12 @@ class FlowControl:
         self.waits_for: dict[Connection, set[Session]] = {}  # paused publisher -> sessions
         self.paused_for: dict[Session, set[Connection]] = {}  # session -> paused publishers
         self.slow_sessions = 0  # times a session was found too slow to pause for
+        self.recovered_sessions = 0  # times a slow session was found to keep up again
+        # a session keeps up while it delivers the gap between the marks per STALL_SECONDS
+        self.gap_messages = self.high_messages - self.low_messages
+        # congested and slow sessions: messages delivered since the last `check_stalls`
+        self.delivered: dict[Session, int] = {}
+        self.checked_at: float | None = None
 
     def queued(self, session: Session) -> None:
         """A delivery for an online `session` went to its queue: is it congested now?"""
@@ -86,8 +96,11 @@ class FlowControl:
             # let them go rather than wait for each other.
             self.release(own)
 
-    def drained(self, session: Session) -> None:
-        """The session's queue shrank: below the low-water mark its publishers resume."""
+    def drained(self, session: Session, delivered: int = 0) -> None:
+        """The session's queue shrank (`delivered` messages went out): below the low-water
+        mark its publishers resume."""
+        if delivered:
+            self.delivered[session] = self.delivered.get(session, 0) + delivered
         outbound = session.outbound
         if len(outbound) > self.low_messages or (
             outbound.queued_bytes + outbound.spilled_bytes > self.low_bytes
@@ -124,12 +137,30 @@ class FlowControl:
             self.release(own)
 
     def check_stalls(self, now: float) -> None:
-        """Mark sessions slow that kept a publisher paused for longer than STALL_SECONDS."""
+        """Every half second or so: mark sessions slow that kept a publisher paused for longer
+        than STALL_SECONDS without delivering at the rate the pause bets on, and unmark slow
+        sessions that deliver at that rate again."""
+        interval = STALL_SECONDS if self.checked_at is None else now - self.checked_at
+        self.checked_at = now
+        needed = max(1.0, self.gap_messages * min(interval, STALL_SECONDS) / STALL_SECONDS)
+        delivered, self.delivered = self.delivered, {}
+        for session, count in delivered.items():
+            if session.slow and count >= needed and session.online:
+                # it keeps up again: pausing its publishers is worth it once more (the next
+                # delivery it has to queue makes it congested)
+                session.slow = False
+                self.recovered_sessions += 1
+                if worth_logging(self.recovered_sessions, every=1000, first=10):
+                    log.info(
+                        "client %s drains its queue again (%d queued): publishers are paused "
+                        "for it again", session.client_id, len(session.outbound),
+                    )
         stalled = {
             session
             for publisher, sessions in self.waits_for.items()
             if now - publisher.paused_since >= STALL_SECONDS
             for session in sessions
+            if delivered.get(session, 0) < needed
         }
         for session in stalled:
             session.slow = True

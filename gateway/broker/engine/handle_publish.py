@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gateway.broker.codec import encode
+from gateway.broker.codec.acks import PUBACK_FIRST, short_ack
 from gateway.broker.codec.packets import (
     MQTT_5,
     NO_PROPERTIES,
@@ -40,14 +41,18 @@ def on_publish(broker: BrokerApi, conn: Connection, packet: Publish, now: float,
     session = conn.session
     assert session is not None
     aliases = conn.aliases
-    topic = publish_topic(packet, aliases.incoming if aliases is not None else None)
-    refusal = publish_refusal(packet, topic, conn.is_v5, session.awaiting_release,
+    props = packet.properties
+    if props is NO_PROPERTIES:  # no topic alias: the topic is the packet's (once per publish)
+        topic: str | None = packet.topic
+    else:
+        topic = publish_topic(packet, aliases.incoming if aliases is not None else None)
+    refusal = publish_refusal(packet, topic, conn.version == MQTT_5, session.awaiting_release,
                               conn.incoming_inflight, broker.limits,
                               conn.listener in INTERNAL_LISTENERS)
     if refusal is not None and refusal.disconnect:
         broker.protocol_error(conn, refusal.reason, refusal.why)
         return
-    alias = packet.properties.topic_alias
+    alias = props.topic_alias
     if alias is not None:
         if packet.topic:
             if aliases is None:
@@ -80,21 +85,24 @@ def accept(broker: BrokerApi, conn: Connection, packet: Publish, topic: str, now
     assert session is not None
     props = packet.properties
     qos = packet.qos
+    v5 = conn.version == MQTT_5
     if qos == 1:  # in flight until its PUBACK leaves the process (receive maximum)
         conn.incoming_inflight += 1
-    if props is not NO_PROPERTIES and (props.topic_alias is not None):
-        props = replace(props, topic_alias=None)
-    expiry = props.message_expiry_interval
-    message = Message(
-        topic, packet.payload, qos, packet.retain, props,
-        None if expiry is None else now + expiry, conn.client_id,
-    )
+    if props is NO_PROPERTIES:
+        expires_at = None
+    else:
+        if props.topic_alias is not None:
+            props = replace(props, topic_alias=None)
+        expiry = props.message_expiry_interval
+        expires_at = None if expiry is None else now + expiry
+    message = Message(topic, packet.payload, qos, packet.retain, props, expires_at,
+                      conn.client_id)
     if qos == 0 and raw:
-        message.seed_raw(raw, V3_VERSIONS if not conn.is_v5 else (MQTT_5,))
+        message.seed_raw(raw, V3_VERSIONS if not v5 else (MQTT_5,))
     elif qos and broker.gated_acks and not broker.hooks.accepting():
         store_full(broker, conn, packet)
         return
-    if qos and conn.is_v5 and packet.retain and not broker.retained.has_room(message):
+    if qos and v5 and packet.retain and not broker.retained.has_room(message):
         # v5 can say "not accepted"; other publishers' messages are delivered, not retained.
         broker.retained_full(message)
         refuse_publish(broker, conn, packet, ReasonCode.QUOTA_EXCEEDED)
@@ -103,12 +111,16 @@ def accept(broker: BrokerApi, conn: Connection, packet: Publish, topic: str, now
     # topic then gets our PUBACK no later than its own copy (docs/storage.md), even when the
     # PUBACK waits for a commit. Only a v5 publisher under queue_overflow = "reject" is
     # answered after routing, which may refuse its message (0x97).
-    answer_after_routing = broker.limits.queue_overflow == "reject" and conn.is_v5
-    if qos and not answer_after_routing:
+    answer_after_routing = v5 and broker.limits.queue_overflow == "reject"
+    if qos == 1 and not answer_after_routing:
+        # acknowledge()'s QoS 1 case, inline: this runs once per QoS 1 message
+        conn.sink.write(short_ack(PUBACK_FIRST, packet.packet_id or 0), broker.gated_acks)
+    elif qos and not answer_after_routing:
         acknowledge(broker, conn, packet)
     broker.publish(message, now, conn)
-    if broker.dispatch.flow.congested:
-        broker.dispatch.flow.pause(conn, now)
+    flow = broker.dispatch.flow
+    if flow.congested:
+        flow.pause(conn, now)
     if qos and answer_after_routing:
         if broker.dispatch.rejected:
             refuse_publish(broker, conn, packet, ReasonCode.QUOTA_EXCEEDED)
@@ -123,7 +135,7 @@ def acknowledge(broker: BrokerApi, conn: Connection, packet: Publish) -> None:
     assert session is not None
     pid = packet.packet_id or 0
     if packet.qos == 1:
-        conn.sink.write(encode(PubAck(pid), conn.version), broker.gated_acks)
+        conn.sink.write(short_ack(PUBACK_FIRST, pid), broker.gated_acks)
     else:
         session.await_release(pid)
         if session.persistent:

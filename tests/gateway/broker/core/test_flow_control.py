@@ -108,6 +108,81 @@ def test_stalled_subscriber_does_not_pause_others() -> None:
     assert publishes(stalled_sink) == []
 
 
+def acknowledge_windows(h: Harness, sub: Connection, sink: FakeSink, windows: int) -> int:
+    """The subscriber acknowledges what it has, `windows` times over; returns how many."""
+    count = 0
+    for _ in range(windows):
+        got = publishes(sink)
+        ack_all(h, sub, got)
+        count += len(got)
+    return count
+
+
+def test_slow_subscriber_that_keeps_up_again_is_no_longer_slow() -> None:
+    # The harness's case on a starved machine: the subscriber was marked slow once (here: it
+    # did not acknowledge for a second), then acknowledges again, but the publisher, no longer
+    # paused, outruns it, so its queue never drains below the low-water mark. It must not
+    # stay slow: delivering the gap between the marks (15 here) per STALL_SECONDS is keeping
+    # up, and its publishers are paused for it again.
+    h = Harness(max_queued_messages=40, max_inflight=4, queue_overflow="drop-newest")
+    sub, sub_sink = h.connect("sub")
+    h.subscribe(sub, "t", qos=1)
+    pub, pub_sink = h.connect("pub")
+    sent = publish_until_paused(h, pub, pub_sink, "t")
+    h.advance(STALL_SECONDS)
+    session = sub.session
+    assert session is not None and session.slow and pub_sink.reading
+    # the publisher outruns it: 8 messages per 4 it takes, never below the low-water mark
+    for _ in range(3):
+        acknowledge_windows(h, sub, sub_sink, 1)
+        for _ in range(8):
+            sent += 1
+            h.send(pub, Publish("t", b"%d" % sent, qos=1, packet_id=sent))
+        assert pub_sink.reading and len(session.outbound) > 5
+    h.advance(STALL_SECONDS / 2)  # 12 delivered in half a second: 7.5 needed
+    assert not session.slow
+    sent += 1
+    h.send(pub, Publish("t", b"%d" % sent, qos=1, packet_id=sent))
+    assert not pub_sink.reading  # paused for it again
+    # Its backlog (40) takes longer than a second to drain at 8 per half second: still
+    # keeping up, so the publisher waits, and is resumed once the queue has drained.
+    for _ in range(3):
+        assert acknowledge_windows(h, sub, sub_sink, 2) == 8
+        h.advance(STALL_SECONDS / 2)
+        assert not session.slow and not pub_sink.reading
+    while not pub_sink.reading:
+        assert acknowledge_windows(h, sub, sub_sink, 1) > 0
+    assert not session.slow and len(session.outbound) <= 5
+    # A subscriber that stops taking messages is slow again after STALL_SECONDS.
+    publish_until_paused(h, pub, pub_sink, "t", limit=sent + 100)
+    assert not pub_sink.reading
+    h.advance(STALL_SECONDS / 2)
+    h.advance(STALL_SECONDS / 2)
+    assert session.slow and pub_sink.reading
+    assert h.broker.dispatch.flow.recovered_sessions == 1
+
+
+def test_subscriber_that_drains_too_slowly_stays_slow() -> None:
+    # 4 messages per half second (8 per second against the 15 that count as keeping up)
+    h = Harness(max_queued_messages=40, max_inflight=4, queue_overflow="drop-newest")
+    sub, sub_sink = h.connect("sub")
+    h.subscribe(sub, "t", qos=1)
+    pub, pub_sink = h.connect("pub")
+    sent = publish_until_paused(h, pub, pub_sink, "t")
+    h.advance(STALL_SECONDS)
+    session = sub.session
+    assert session is not None and session.slow
+    for _ in range(6):
+        assert acknowledge_windows(h, sub, sub_sink, 1) == 4
+        for _ in range(8):
+            sent += 1
+            h.send(pub, Publish("t", b"%d" % sent, qos=1, packet_id=sent))
+        assert pub_sink.reading
+        h.advance(STALL_SECONDS / 2)
+        assert session.slow
+    assert h.broker.dispatch.flow.recovered_sessions == 0
+
+
 def test_qos0_fanout_to_readers_never_pauses() -> None:
     h = Harness(**LIMITS)
     subs = [h.connect(f"sub{i}") for i in range(16)]

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gateway.broker.codec import decode, encode
-from gateway.broker.codec.packets import MQTT_3_1_1, MQTT_5, Properties, Publish
+from gateway.broker.codec.packets import (
+    MQTT_3_1,
+    MQTT_3_1_1,
+    MQTT_5,
+    NO_PROPERTIES,
+    Properties,
+    Publish,
+)
 from gateway.broker.core.message import V3_VERSIONS, Message
 
 
@@ -47,3 +56,23 @@ def test_v5_raw_bytes_serve_v5_and_31x_subscribers_get_their_own_encoding() -> N
     assert v3 is message.encode_for(MQTT_3_1_1, 0, False, None, 0.0)
     assert message.encode_for(MQTT_3_1_1, 1, True, 9, 0.0) == encode(
         Publish("a/b", b"payload", 1, True, False, 9), MQTT_3_1_1)
+
+
+@pytest.mark.parametrize("version", [MQTT_3_1, MQTT_3_1_1, MQTT_5])
+@pytest.mark.parametrize("qos", [0, 1, 2])
+@pytest.mark.parametrize("retain", [False, True])
+@pytest.mark.parametrize("size", [0, 100, 200, 20_000])
+@pytest.mark.parametrize("subscription_ids", [(), (3,)])
+def test_every_shape_without_properties_is_what_encode_writes(
+        version: int, qos: int, retain: bool, size: int, subscription_ids: tuple[int, ...]
+) -> None:
+    # shapes without properties are built without a Publish (encode_publish_shape); with a
+    # subscription id a v5 copy has properties and goes through `encode`
+    payload = b"p" * size
+    message = Message("a/ü/c", payload, qos, False)
+    pid = 0x0102 if qos else None
+    for dup in ((False, True) if qos else (False,)):
+        data = message.encode_for(version, qos, retain, pid, 0.0, subscription_ids, dup)
+        props = (Properties(subscription_identifiers=subscription_ids)
+                 if version == MQTT_5 and subscription_ids else NO_PROPERTIES)
+        assert data == encode(Publish("a/ü/c", payload, qos, retain, dup, pid, props), version)
