@@ -98,6 +98,30 @@ class _Client(aiomqtt.Client):
         self.waiting: dict[int, asyncio.Future[int]] = {}
         self.sent_at: dict[int, float] = {}
         self.early: dict[int, int] = {}  # acknowledged before publish() returned
+        self.receive_maximum = 65535  # the remote's, from its CONNACK (MQTT 5)
+        self.server_disconnect: str | None = None  # the reason of the remote's DISCONNECT
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason_code: Any,
+                    properties: Any = None) -> None:
+        limit = getattr(properties, "ReceiveMaximum", None)
+        if isinstance(limit, int) and limit > 0:
+            # MQTT 5 3.3.4: never more unacknowledged QoS 1 PUBLISHes than the remote's
+            # Receive Maximum (HiveMQ CE grants 10 and disconnects a client that sends more).
+            # The drain's window follows it, and paho queues anything beyond it (the status
+            # messages): its setter refuses an open connection, but the CONNACK is exactly
+            # when the limit becomes known, before anything of this connection was sent.
+            self.receive_maximum = limit
+            paho = self._client
+            paho._max_inflight_messages = min(paho._max_inflight_messages, limit)
+        super()._on_connect(client, userdata, flags, reason_code, properties)
+
+    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason_code: Any,
+                       properties: Any = None) -> None:
+        if getattr(flags, "is_disconnect_packet_from_server", False):
+            said = getattr(properties, "ReasonString", None)
+            self.server_disconnect = f"{reason_code} (0x{reason_code.value:02X})" + (
+                f": {said}" if said else "")
+        super()._on_disconnect(client, userdata, flags, reason_code, properties)
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, reason_code: Any,
                     properties: Any) -> None:
@@ -324,39 +348,49 @@ class RemoteLink:
         protocol = aiomqtt.ProtocolVersion.V5 if remote.protocol == 5 else (
             aiomqtt.ProtocolVersion.V311
         )
-        async with _Client(
+        client = _Client(
             host, port, username=remote.username, password=remote.read_password(),
             identifier=remote.client_id, protocol=protocol, keepalive=remote.keepalive,
             clean_session=None if remote.protocol == 5 else False,
             tls_context=tls_context(remote.tls), max_inflight_messages=remote.inflight,
             timeout=10.0, v5=remote.protocol == 5, will=self._will(),
-        ) as client:
-            self.backoff.reset()
-            self._set_connected(True, address)
-            self.attempted.set()
-            try:
-                await self._announce(client, STATUS_ONLINE, PUBACK_TIMEOUT)
-                rules = [rule for rule in self.config.inbound if rule.remote == remote.name]
-                for rule in rules:
-                    await client.subscribe(rule.filter, qos=rule.qos)
-                if rules:  # from here on, commands from the cloud reach the gateway
-                    log.info("uplink %s: inbound subscribed: %s", remote.name,
-                             ", ".join(rule.filter for rule in rules))
-                self._requeue_status()
-                async with asyncio.TaskGroup() as group:
-                    group.create_task(self._drain(client), name=f"uplink-drain-{remote.name}")
-                    group.create_task(self._send_status(client),
-                                      name=f"uplink-status-{remote.name}")
-                    group.create_task(self._inbound(client), name=f"uplink-inbound-{remote.name}")
-            finally:
-                client.abandon()
-                self.inflight.clear()
-                # Still connected: the session ends on our side (shutdown, or an error that
-                # makes us reconnect). Our DISCONNECT makes the remote discard the will, so
-                # say `offline` ourselves first; the drain has stopped, nothing follows it.
-                if client.is_connected():
-                    with contextlib.suppress(Exception):
-                        await self._announce(client, STATUS_OFFLINE, OFFLINE_TIMEOUT)
+        )
+        try:
+            async with client:
+                self.backoff.reset()
+                self._set_connected(True, address)
+                self.attempted.set()
+                try:
+                    await self._announce(client, STATUS_ONLINE, PUBACK_TIMEOUT)
+                    rules = [rule for rule in self.config.inbound if rule.remote == remote.name]
+                    for rule in rules:
+                        await client.subscribe(rule.filter, qos=rule.qos)
+                    if rules:  # from here on, commands from the cloud reach the gateway
+                        log.info("uplink %s: inbound subscribed: %s", remote.name,
+                                 ", ".join(rule.filter for rule in rules))
+                    self._requeue_status()
+                    async with asyncio.TaskGroup() as group:
+                        group.create_task(self._drain(client), name=f"uplink-drain-{remote.name}")
+                        group.create_task(self._send_status(client),
+                                          name=f"uplink-status-{remote.name}")
+                        group.create_task(self._inbound(client),
+                                          name=f"uplink-inbound-{remote.name}")
+                finally:
+                    client.abandon()
+                    self.inflight.clear()
+                    # Still connected: the session ends on our side (shutdown, or an error that
+                    # makes us reconnect). Our DISCONNECT makes the remote discard the will, so
+                    # say `offline` ourselves first; the drain has stopped, nothing follows it.
+                    if client.is_connected():
+                        with contextlib.suppress(Exception):
+                            await self._announce(client, STATUS_OFFLINE, OFFLINE_TIMEOUT)
+        except Exception as exc:
+            # aiomqtt says only "Disconnected during message iteration": name the remote's
+            # DISCONNECT reason, which is what an operator can act on
+            if client.server_disconnect is not None:
+                raise ConnectionError(f"the remote disconnected us: {client.server_disconnect}"
+                                      ) from exc
+            raise
 
     def _will(self) -> aiomqtt.Will | None:
         """`offline` (retained, QoS 1) on the status topic, for the remote to publish when the
@@ -432,7 +466,7 @@ class RemoteLink:
     async def _drain(self, client: _Client) -> None:
         remote = self.remote
         now = self.clock()
-        sender = _Sender(client, asyncio.Semaphore(remote.inflight),
+        sender = _Sender(client, asyncio.Semaphore(min(remote.inflight, client.receive_maximum)),
                          TokenBucket(remote.rate_messages, now),
                          TokenBucket(remote.rate_bytes, now), [])
         while True:
