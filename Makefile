@@ -32,7 +32,7 @@ NPM_DIRS += tests/bridge/s7/node_server
 # @bacnet-js/client (a TypeScript BACnet stack): the BACnet bridge tests' devices (tests/bridge/bacnet/).
 NPM_DIRS += tests/bridge/bacnet/node_device
 
-.PHONY: demo test test-loaded lint typecheck unit soak fleet-test pipeline-test bench system-packages node-packages clean
+.PHONY: demo test test-loaded lint typecheck unit soak fleet-test pipeline-test bench system-packages node-packages java-packages clean
 
 # system-packages first (order only): systemd-python in the dev extras builds against libsystemd.
 $(STAMP): pyproject.toml | system-packages
@@ -57,6 +57,8 @@ system-packages:
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
+	command -v go >/dev/null 2>&1 || missing="$$missing golang-go"; \
+	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then \
 	  echo "installing Debian packages:$$missing"; \
@@ -68,6 +70,29 @@ node-packages: system-packages
 	  if [ ! -f "$$dir/node_modules/.package-lock.json" ] || \
 	     [ "$$dir/package-lock.json" -nt "$$dir/node_modules/.package-lock.json" ]; then \
 	    echo "npm ci in $$dir"; (cd "$$dir" && npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
+	  fi; done
+
+# The Paho Go clients of tests/gateway/broker/e2e/test_28_go_clients.py: their modules into Go's
+# module cache, and one build to warm Go's build cache (the test builds again, in seconds). Their
+# go.mod needs Go 1.24: an older `go` (bookworm's golang-go is 1.19) is told and the tests skip.
+GO_DIR := tests/gateway/broker/e2e/goclients
+.PHONY: go-packages
+go-packages: system-packages
+	@if printf 'go1.24\n%s\n' "$$(go env GOVERSION 2>/dev/null)" | sort -V -C; then \
+	  (cd $(GO_DIR) && go mod download && go build -buildvcs=false -o /dev/null .); \
+	else echo "note: no go >= 1.24: the Go client tests will be skipped" >&2; fi
+
+# The Java cloud brokers of tests/test_cloud_brokers.py (moquette, HiveMQ CE embedded): each
+# folder's pom.xml names one broker; Maven copies it and its dependencies into that folder's
+# lib/ (gitignored), again only when the pom changed.
+MAVEN_DIRS := $(wildcard tests/support/cloud_brokers/*)
+.PHONY: java-packages
+java-packages: system-packages
+	@for dir in $(MAVEN_DIRS); do \
+	  if [ ! -d "$$dir/lib" ] || [ "$$dir/pom.xml" -nt "$$dir/lib" ]; then \
+	    echo "maven: the jars of $$dir"; rm -rf "$$dir/lib"; \
+	    mvn -q -B -f "$$dir/pom.xml" dependency:copy-dependencies \
+	      -DoutputDirectory=lib -DincludeScope=runtime || exit 1; touch "$$dir/lib"; \
 	  fi; done
 
 demo: $(STAMP)
@@ -85,7 +110,7 @@ typecheck: $(STAMP)
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
-test: $(STAMP) system-packages node-packages lint typecheck
+test: $(STAMP) system-packages node-packages go-packages java-packages lint typecheck
 	$(PYTEST)
 
 # The suite with a CPU hog on every core (stress-ng), RUNS times in a row: a test that waits for

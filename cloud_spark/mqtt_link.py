@@ -51,6 +51,25 @@ def _refused(what: str, code: int) -> RefusedError:
     return RefusedError(f"{what} refused: reason code 0x{code:02x}")
 
 
+# A CONNACK code below 0x80 other than 0 is no MQTT 5 reason code: a broker that speaks only
+# MQTT 3.1.1 answered with its return code (moquette 0.17 sends 0x01 in a CONNACK shaped like
+# MQTT 5's, where the MQTT 5 answer is 0x84, Unsupported Protocol Version).
+_V311_CONNACK = {
+    0x01: "the broker does not accept MQTT 5, which the lander needs (MQTT 3.1.1 return "
+          "code 1, unacceptable protocol version)",
+    0x02: "client identifier rejected (MQTT 3.1.1 return code 2)",
+    0x03: "server unavailable (MQTT 3.1.1 return code 3)",
+    0x04: "bad user name or password (MQTT 3.1.1 return code 4)",
+    0x05: "not authorized (MQTT 3.1.1 return code 5)",
+}
+
+
+def _connect_refused(code: int) -> RefusedError:
+    if code in _V311_CONNACK:
+        return RefusedError(f"CONNECT refused: {_V311_CONNACK[code]}")
+    return _refused("CONNECT", code)
+
+
 class _Protocol(asyncio.Protocol):
     def __init__(self, link: Link) -> None:
         self.link = link
@@ -120,8 +139,8 @@ class Link:
             )
         )  # fmt: skip
         connack = await self._until_lost(self._connack)
-        if connack.codes[0] >= 0x80:
-            raise _refused("CONNECT", connack.codes[0])
+        if connack.codes[0] != 0:
+            raise _connect_refused(connack.codes[0])
         self.session_present = bool(connack.flags & 0x01)
         if keepalive > 0:
             self._ping_timer = self.loop.call_later(keepalive / 2, self._ping)
