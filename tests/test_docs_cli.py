@@ -200,6 +200,29 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         "outpost opcua probe --config /etc/outpost/outpost.toml --device press-1",
     )},
     ".venv/bin/python -m bench.bridge.opcua": (NotRunnable(BENCH),),
+    **{line: (RunElsewhere("tests/bridge/s7/test_node_server.py::"
+                           "test_probe_prints_the_plan_and_every_point"),)
+       for line in (
+        "outpost s7 probe --config /etc/outpost/outpost.toml --device press-2",
+        "outpost s7 probe 192.168.0.20 --slot 1 --point DB10.DBD4:REAL --point DB10.DBX2.3 "
+        "--point IW64:INT",
+    )},
+    **{line: (RunElsewhere("tests/bridge/bacnet/test_node_device.py::test_probe_command"),)
+       for line in (
+        "outpost bacnet discover --broadcast 192.168.0.255:47808",
+        "outpost bacnet probe 192.168.0.41 --device-id 12012 --network 2001 --mac 0c "
+        "--object AI:1 --object MSV:1",
+        "outpost bacnet probe --config /etc/outpost/outpost.toml --device ahu-1",
+    )},
+    **{line: (RunElsewhere("tests/bridge/enip/test_simulator.py::"
+                           "test_probe_prints_the_plan_and_every_point"),)
+       for line in (
+        "outpost enip probe 192.168.0.20 --path 1,0 --point Motor.Speed:REAL "
+        "--point Program:Main.Count:DINT",
+        "outpost enip probe --config /etc/outpost/outpost.toml --device press-3",
+        "outpost enip browse 192.168.0.20",
+    )},
+    ".venv/bin/python -m bench.bridge.s7": (NotRunnable(BENCH),),
     ".venv/bin/python -m pytest tests/bridge": (
         NotRunnable("the bridge test suite itself: a test cannot run the suite it is part of"),
     ),
@@ -237,6 +260,8 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
     # bench/README.md, bench/cloud/README.md
     **{line: (NotRunnable(BENCH),) for line in (
         ".venv/bin/python -m bench.compare --json bench-results.json",
+        ".venv/bin/python -m bench.instructions --json instructions.json",
+        ".venv/bin/python -m bench.instructions --scenarios qos1,idle",
         ".venv/bin/python -m bench.loadgen fan-in --port 1883 --broker-pid $(pidof mosquitto)",
         ".venv/bin/python -m bench.websocket --messages 20000 --size 64 --runs 3",
         ".venv/bin/python -m bench.cloud.run_bench --rows 10000000 --work /tmp/outpost-bench",

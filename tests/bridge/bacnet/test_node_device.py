@@ -312,6 +312,22 @@ def test_probe_command(peer: NodeDevice, tmp_path: Path,
     assert any(line.startswith("p2") and "FAILED: object: unknown-object" in line
                for line in lines), lines
     assert lines[-1] == "1 of 2 point(s) answered, 1 failed"
+    # a device of the configuration, with its points
+    config = tmp_path / "outpost.toml"
+    config.write_text(f"""
+[[bridge.bacnet]]
+name = "ahu"
+device_id = 2001
+address = "{peer.address}"
+network = 5
+mac = "01"
+local_address = "127.0.0.1:0"
+points = [{{ name = "temperature", object = "analog-input:1", unit = "°C" }}]
+""")
+    assert main(["bacnet", "probe", "--config", str(config), "--device", "ahu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("temperature") for line in lines), lines
+    assert lines[-1] == "1 of 1 point(s) answered, 0 failed", lines
     assert main(["bacnet", "discover", "--broadcast", f"127.255.255.255:{peer.port}",
                  "--bind", "127.0.0.1:0", "--wait", "0.3"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "3 device(s) answered"
