@@ -19,6 +19,8 @@ CAP = RuleLimits(4, 10**9, drop_oldest=True)
 class FakeClient:
     """Stands in for `_Client`: the first `accept` publishes get futures, then it fails."""
 
+    receive_maximum = 65535  # the remote's CONNACK limits nothing here
+
     def __init__(self, accept: int) -> None:
         self.accept = accept
         self.futures: list[asyncio.Future[int]] = []
