@@ -10,15 +10,19 @@ a proxy and compares the process's RSS before and after (nothing timed).
 from __future__ import annotations
 
 import asyncio
-import resource
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.bridge.enip.support import CuttingProxy, LogixSimulator, garbage_peer
+from tests.bridge.enip.support import LogixSimulator
 from tests.bridge.opcua.support import Harness, free_port, until
+from tests.bridge.session_outages import (
+    down_at_start_then_up,
+    garbage_is_offline_and_retried,
+    memory_over_100_reconnects,
+)
 from tests.bridge.support import Watcher
 from tests.support.broker_proc import BrokerProcess
 
@@ -156,70 +160,27 @@ def test_killed_and_restarted_goes_offline_and_comes_back_with_fresh_values() ->
         plc.kill()
 
 
+def count_device(port: int, **extra: Any) -> dict[str, Any]:
+    """The device with one DINT point, `count`."""
+    return device(port, points([("count", "Count", "DINT", {})]), **extra)
+
+
 def test_down_at_start_then_up() -> None:
     plc = LogixSimulator(port=free_port())
-
-    async def main() -> None:
-        h = Harness(device(plc.port, points([("count", "Count", "DINT", {})])))
-        await h.bridge.start()
-        await until(lambda: h.last(topic("status")) == "offline")
-        await until(lambda: h.last(topic("count")))
-        assert h.values(topic("count")) == [h.last(topic("count"))]  # bad once
-        assert h.last(topic("count"))["quality"] == "bad"
-        await asyncio.get_running_loop().run_in_executor(None, plc.start)
-        await until(lambda: (h.last(topic("count")) or {}).get("quality") == "good")
-        assert h.last(topic("status")) == "online"
-        await h.bridge.stop()
-
     try:
-        asyncio.run(main())
+        asyncio.run(down_at_start_then_up(count_device, plc, DEVICE, "count"))
     finally:
         plc.kill()
 
 
 def test_a_peer_that_answers_garbage_is_offline_and_retried() -> None:
-    async def main() -> None:
-        server, port = await garbage_peer()
-        h = Harness(device(port, points([("count", "Count", "DINT", {})])))
-        await h.bridge.start()
-        await until(lambda: h.last(topic("status")) == "offline")
-        dev = h.bridge.devices[DEVICE]
-        await until(lambda: dev.counters.timeouts >= 3)  # tried again, not stuck
-        assert h.values(topic("count")) == [h.last(topic("count"))]
-        assert h.last(topic("count"))["quality"] == "bad"
-        await h.bridge.stop()
-        server.close()
-
-    asyncio.run(main())
-
-
-def _rss_kib() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * resource.getpagesize() // 1024
+    asyncio.run(garbage_is_offline_and_retried(count_device, DEVICE, "count"))
 
 
 def test_memory_is_bounded_over_100_reconnects(simulator: LogixSimulator) -> None:
-    async def main() -> None:
-        proxy = await CuttingProxy(simulator.port).start()
-        h = Harness(device(proxy.port, points([("count", "Count", "DINT", {})]),
-                           reconnect_initial=0.01, reconnect_max=0.01))
-        await h.bridge.start()
-        dev = h.bridge.devices[DEVICE]
-        rss: dict[int, int] = {}
-        for session in range(1, 101):
-            await until(lambda s=session: dev.sessions >= s  # type: ignore[attr-defined]
-                        and dev.online)
-            if session in (10, 100):
-                rss[session] = _rss_kib()
-            proxy.cut()
-        await h.bridge.stop()
-        await proxy.close()
-        grown = rss[100] - rss[10]
-        print(f"RSS after 10 reconnects {rss[10]} KiB, after 100 {rss[100]} KiB "
-              f"({grown:+d} KiB)")
-        assert grown < 1024, rss
-
-    asyncio.run(main())
+    asyncio.run(memory_over_100_reconnects(
+        lambda port: count_device(port, reconnect_initial=0.01, reconnect_max=0.01),
+        simulator.port, DEVICE))
 
 
 def test_values_on_mqtt_through_outpost_run(

@@ -2,8 +2,11 @@
 
 One server process serves the module (tests/bridge/s7/node_server/server.js describes its
 memory); the restart test kills it (SIGKILL) and starts it again on the same port, as a PLC
-restarts. Values go through the bridge on an in-process broker, and in the last test through
-`outpost run` to an MQTT client.
+restarts, and another test starts a PLC only after the bridge. A peer that answers junk must
+leave the device offline and retried; the reconnect test cuts the connection 100 times through
+a proxy and compares the process's RSS after 10 and after 100 (nothing timed). Values go
+through the bridge on an in-process broker, and in one test through `outpost run` to an MQTT
+client.
 """
 
 from __future__ import annotations
@@ -18,6 +21,11 @@ import pytest
 
 from tests.bridge.opcua.support import Harness, until
 from tests.bridge.s7.support import S7Server
+from tests.bridge.session_outages import (
+    down_at_start_then_up,
+    garbage_is_offline_and_retried,
+    memory_over_100_reconnects,
+)
 from tests.bridge.support import Watcher
 from tests.support.broker_proc import BrokerProcess
 
@@ -233,6 +241,26 @@ def test_plc_killed_and_restarted_goes_offline_and_comes_back_with_fresh_values(
     finally:
         if plc.process is None:
             plc.start()
+
+
+def test_down_at_start_then_up() -> None:
+    plc = S7Server()  # not started yet: the bridge starts first
+    try:
+        asyncio.run(down_at_start_then_up(lambda port: device(port, [COUNTING]), plc, DEVICE,
+                                          "ticks"))
+    finally:
+        plc.kill()
+
+
+def test_a_peer_that_answers_garbage_is_offline_and_retried() -> None:
+    asyncio.run(garbage_is_offline_and_retried(lambda port: device(port, [COUNTING]), DEVICE,
+                                               "ticks"))
+
+
+def test_memory_is_bounded_over_100_reconnects(server: S7Server) -> None:
+    asyncio.run(memory_over_100_reconnects(
+        lambda port: device(port, [COUNTING], poll_interval=0.02, reconnect_initial=0.01,
+                            reconnect_max=0.01), server.port, DEVICE))
 
 
 def test_values_on_mqtt_through_outpost_run(
