@@ -8,19 +8,22 @@ Assistant that connects later and cleared at its birth.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from bench.bridge.simulator import Simulator
 from outpost.config import ConfigError, parse_config
-from tests.bridge.homeassistant.ha import available, state
+from tests.bridge.homeassistant.ha import (
+    GATEWAY_ENTITIES,
+    available,
+    home_assistant,
+    retained_configs,
+    state,
+)
 from tests.gateway.broker.e2e.helpers import PahoClient, wait_for
 from tests.support.broker_proc import BrokerProcess
 
@@ -86,28 +89,6 @@ def sim() -> Iterator[Simulator]:
     simulator.start()
     yield simulator
     simulator.stop()
-
-
-def retained_configs(client: PahoClient) -> dict[str, Any]:
-    """Topic -> the latest config (None once cleared)."""
-    found: dict[str, Any] = {}
-    for message in client.messages:
-        if message.topic.startswith("homeassistant/") and message.topic.endswith("/config"):
-            found[message.topic] = json.loads(message.payload) if message.payload else None
-    return found
-
-
-@contextlib.contextmanager
-def home_assistant(gateway: BrokerProcess, count: int,
-                   ) -> Iterator[tuple[PahoClient, dict[str, Any]]]:
-    """A client subscribed to the discovery prefix, once `count` configs arrived."""
-    with PahoClient(gateway) as ha:
-        ha.connect()
-        ha.subscribe("homeassistant/#", 1)
-        yield ha, wait_for(lambda: len(found := retained_configs(ha)) == count and found, 15)
-
-
-GATEWAY_ENTITIES = 2  # status and version (no uplink in these configurations)
 
 
 def test_every_point_is_discovered_with_the_required_keys(

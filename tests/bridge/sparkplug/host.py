@@ -18,6 +18,27 @@ from bridge.sparkplug.sparkplug_b_pb2 import Payload
 from tests.gateway.broker.e2e.helpers import PahoClient, wait_for
 from tests.support.mosquitto import Mosquitto
 
+# The Sparkplug B datatypes by the names of the specification's table (sparkplug_b.proto lists
+# them in a comment of `Payload`).
+DATATYPES = {1: "Int8", 2: "Int16", 3: "Int32", 4: "Int64", 5: "UInt8", 6: "UInt16",
+             7: "UInt32", 8: "UInt64", 9: "Float", 10: "Double", 11: "Boolean", 12: "String",
+             13: "DateTime", 14: "Text"}
+
+
+@dataclass(frozen=True)
+class BirthMetric:
+    """One metric of a DBIRTH as a host reads it: datatype, value and engineering unit."""
+
+    datatype: str
+    value: Any
+    unit: str | None
+
+
+def metric_value(metric: Payload.Metric) -> Any:
+    """The value of a metric (None when it is null)."""
+    field = metric.WhichOneof("value")
+    return None if metric.is_null or field is None else getattr(metric, field)
+
 
 @dataclass
 class Seen:
@@ -69,9 +90,17 @@ class SparkplugHost(PahoClient):
         out = []
         for seen in self.of("DDATA", device):
             for metric in seen.payload.metrics:
-                field = metric.WhichOneof("value")
-                value = None if metric.is_null or field is None else getattr(metric, field)
-                out.append((names[metric.alias], value, metric.is_historical))
+                out.append((names[metric.alias], metric_value(metric), metric.is_historical))
+        return out
+
+    def birth_metrics(self, device: str) -> dict[str, BirthMetric]:
+        """Metric name -> what the last DBIRTH of `device` says of it."""
+        out = {}
+        for metric in self.of("DBIRTH", device)[-1].payload.metrics:
+            properties = dict(zip(metric.properties.keys, metric.properties.values, strict=True))
+            unit = properties["engUnit"].string_value if "engUnit" in properties else None
+            out[metric.name] = BirthMetric(DATATYPES.get(metric.datatype, str(metric.datatype)),
+                                           metric_value(metric), unit)
         return out
 
     def wait_value(self, device: str, name: str, predicate: Callable[[Any], bool],
