@@ -18,7 +18,9 @@ the session gives it at `connected`. It reads no clock but `wallclock` and does 
   next bdSeq) and waits for the host's STATE `online` before it births.
 - A device that comes (back) online is born when the poll that brought it back has given
   every metric a value, or `dbirth_wait` seconds after it came online (metrics still without
-  a value are born null): its DBIRTH carries current values, not nulls followed by DDATA.
+  a value are born null): its DBIRTH carries current values, not nulls followed by DDATA, and
+  each metric's `engUnit`: the point's configured unit, else the unit its values carried (a
+  BACnet object states its own).
 - Values the bridge publishes (already filtered by the point's deadband / report-by-exception)
   are collected per device and sent as one DDATA when the event loop turns, with the alias
   only. A device going offline sends DDEATH, coming back a DBIRTH.
@@ -89,6 +91,8 @@ class EdgeNode:
         self.arriving: dict[str, set[str]] = {}
         self.arrival_timers: dict[str, asyncio.TimerHandle] = {}
         self.values: dict[str, dict[str, tuple[Value, int]]] = {}
+        # units the values carried, of points whose configuration names none (BACnet's)
+        self.units: dict[str, dict[str, str]] = {}
         self.pending: dict[str, dict[int, tuple[sp.MetricSpec, Value, int]]] = {}
         self.hold = hold
         self.tasks: set[asyncio.Task[None]] = set()
@@ -103,6 +107,7 @@ class EdgeNode:
         self.by_name = {device: {m.name: m for m in metrics}
                         for device, metrics in self.metrics.items()}
         self.values = {device: self.values.get(device, {}) for device in self.metrics}
+        self.units = {device: self.units.get(device, {}) for device in self.metrics}
         self.online &= set(self.metrics)
         for device in set(self.arriving) - self.online:
             self._arrived(device)
@@ -165,6 +170,9 @@ class EdgeNode:
         except (ValueError, KeyError, TypeError):
             return
         self.values[device][name] = (value, ts_ms)
+        unit = data.get("unit")
+        if spec.unit is None and isinstance(unit, str):
+            self.units[device][name] = unit
         arriving = self.arriving.get(device)
         if arriving is not None:
             arriving.add(name)
@@ -313,10 +321,10 @@ class EdgeNode:
 
     def _device_birth(self, device: str) -> None:
         payload = Payload(timestamp=self._now())
-        values = self.values[device]
+        values, units = self.values[device], self.units[device]
         for spec in self.metrics[device]:
             value, ts_ms = values.get(spec.name, (None, payload.timestamp))
-            sp.birth_metric(payload, spec, value, ts_ms)
+            sp.birth_metric(payload, spec, value, ts_ms, units.get(spec.name))
         self.born.add(device)
         self._publish("DBIRTH", device, payload)
 

@@ -7,8 +7,8 @@ serial `float` / `coordinate` points are Doubles, `int` Int64; OPC UA points hav
 declare, DateTime, arrays and structures (and undeclared types) travel as Strings (ISO 8601,
 JSON). Aliases are numbered 1.. across all devices of the node in configuration
 order, so they are unique within the edge node as the specification requires; births carry
-name + alias + datatype (+ the engineering unit as the property `engUnit`), DATA messages the
-alias only.
+name + alias + datatype (+ the engineering unit as the property `engUnit`: the point's own, else
+the one its values carried, as a BACnet object states it), DATA messages the alias only.
 
 Signed integers travel as two's complement in the unsigned protobuf fields (Int8/16/32 in
 `int_value`, Int64 in `long_value`), as Sparkplug 3.0 specifies.
@@ -166,13 +166,16 @@ def parse_command(metric: Payload.Metric, metrics: Iterable[MetricSpec]) -> tupl
     return spec.name, value
 
 
-def birth_metric(payload: Payload, spec: MetricSpec, value: Value, ts_ms: int) -> None:
-    """Append a birth metric: name, alias, datatype, unit property, current value."""
+def birth_metric(payload: Payload, spec: MetricSpec, value: Value, ts_ms: int,
+                 published_unit: str | None = None) -> None:
+    """Append a birth metric: name, alias, datatype, unit property, current value. The unit is
+    the point's, else `published_unit` (the one its values carried)."""
     metric = payload.metrics.add(name=spec.name, alias=spec.alias, datatype=spec.datatype,
                                  timestamp=ts_ms)
-    if spec.unit is not None:
+    unit = spec.unit if spec.unit is not None else published_unit
+    if unit is not None:
         metric.properties.keys.append("engUnit")
-        metric.properties.values.add(type=STRING, string_value=spec.unit)
+        metric.properties.values.add(type=STRING, string_value=unit)
     set_value(metric, spec.datatype, value)
 
 

@@ -1,5 +1,5 @@
 """The edge node's pure payload code: catalogue datatypes and aliases, values through the
-protobuf fields (two's complement for signed integers), and command refusals."""
+protobuf fields (two's complement for signed integers), birth units, and command refusals."""
 
 from __future__ import annotations
 
@@ -91,3 +91,18 @@ def test_out_of_range_integers_are_refused() -> None:
     uint16 = sp.MetricSpec("x", 1, sp.UINT16, None, True)
     with pytest.raises(sp.CommandRefusedError, match="70000 does not fit"):
         sp.parse_command(command(name="x", int_value=70000), [uint16])
+
+
+@pytest.mark.parametrize(("configured", "published", "eng_unit"), [
+    ("V", "kV", "V"),  # the configuration names the unit: that one
+    (None, "°C", "°C"),  # it names none: the one the values carried (a BACnet object's)
+    (None, None, None),
+])
+def test_a_birth_metric_has_the_configured_unit_else_the_published_one(
+        configured: str | None, published: str | None, eng_unit: str | None) -> None:
+    spec = sp.MetricSpec("t", 1, sp.FLOAT, configured, False)
+    payload = Payload()
+    sp.birth_metric(payload, spec, 21.5, 0, published)
+    properties = dict(zip(payload.metrics[0].properties.keys,
+                          payload.metrics[0].properties.values, strict=True))
+    assert (properties["engUnit"].string_value if properties else None) == eng_unit
