@@ -20,7 +20,7 @@ the session gives it at `connected`. It reads no clock but `wallclock` and does 
   every metric a value, or `dbirth_wait` seconds after it came online (metrics still without
   a value are born null): its DBIRTH carries current values, not nulls followed by DDATA, and
   each metric's `engUnit`: the point's configured unit, else the unit its values carried (a
-  BACnet object states its own).
+  device may state its own).
 - Values the bridge publishes (already filtered by the point's deadband / report-by-exception)
   are collected per device and sent as one DDATA when the event loop turns, with the alias
   only. A device going offline sends DDEATH, coming back a DBIRTH.
@@ -91,7 +91,8 @@ class EdgeNode:
         self.arriving: dict[str, set[str]] = {}
         self.arrival_timers: dict[str, asyncio.TimerHandle] = {}
         self.values: dict[str, dict[str, tuple[Value, int]]] = {}
-        # units the values carried, of points whose configuration names none (BACnet's)
+        # units the values carried, of points whose configuration names none (a device that
+        # states its own units)
         self.units: dict[str, dict[str, str]] = {}
         self.pending: dict[str, dict[int, tuple[sp.MetricSpec, Value, int]]] = {}
         self.hold = hold

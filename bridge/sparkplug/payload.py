@@ -8,7 +8,7 @@ declare, DateTime, arrays and structures (and undeclared types) travel as String
 JSON). Aliases are numbered 1.. across all devices of the node in configuration
 order, so they are unique within the edge node as the specification requires; births carry
 name + alias + datatype (+ the engineering unit as the property `engUnit`: the point's own, else
-the one its values carried, as a BACnet object states it), DATA messages the alias only.
+the one its values carried, as a device may state it), DATA messages the alias only.
 
 Signed integers travel as two's complement in the unsigned protobuf fields (Int8/16/32 in
 `int_value`, Int64 in `long_value`), as Sparkplug 3.0 specifies.
