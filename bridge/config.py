@@ -165,22 +165,15 @@ class BridgeConfig(Section):
                 problems.append(f"serial.{i}: port {device.device} is already used by "
                                 f"{ports[device.device]}")
             ports[device.device] = f"serial.{i}"
-        taken = modbus | {s.name for s in self.serial}
-        problems += check_unique([d.name for d in self.opcua], "opcua", "device name")
-        problems += [f"opcua.{i}: device name {d.name!r} is also a Modbus or serial device"
-                     for i, d in enumerate(self.opcua) if d.name in taken]
-        taken |= {d.name for d in self.opcua}
-        problems += check_unique([d.name for d in self.s7], "s7", "device name")
-        problems += [f"s7.{i}: device name {d.name!r} is also a Modbus, serial or OPC UA "
-                     f"device" for i, d in enumerate(self.s7) if d.name in taken]
-        taken |= {d.name for d in self.s7}
-        problems += check_unique([d.name for d in self.bacnet], "bacnet", "device name")
-        problems += [f"bacnet.{i}: device name {d.name!r} is also a Modbus, serial, OPC UA or "
-                     f"S7 device" for i, d in enumerate(self.bacnet) if d.name in taken]
-        taken |= {d.name for d in self.bacnet}
-        problems += check_unique([d.name for d in self.enip], "enip", "device name")
-        problems += [f"enip.{i}: device name {d.name!r} is also a Modbus, serial, OPC UA, S7 "
-                     f"or BACnet device" for i, d in enumerate(self.enip) if d.name in taken]
+        # every later family's names against those of the families before it
+        taken = {name: "a Modbus" for name in modbus} | {d.name: "a serial" for d in self.serial}
+        for key, label in (("opcua", "an OPC UA"), ("s7", "an S7"), ("bacnet", "a BACnet"),
+                           ("enip", "an EtherNet/IP")):
+            devices: list[DeviceSettings] = getattr(self, key)
+            problems += check_unique([d.name for d in devices], key, "device name")
+            problems += [f"{key}.{i}: device name {d.name!r} is also {taken[d.name]} device"
+                         for i, d in enumerate(devices) if d.name in taken]
+            taken |= {d.name: label for d in devices if d.name not in taken}
         if problems:
             raise ValueError("; ".join(problems))
         return self

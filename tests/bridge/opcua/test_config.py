@@ -53,7 +53,7 @@ def test_bad_entries_name_their_key_path() -> None:
     assert "min/max need a numeric type" in text
     clash = errors({"opcua": [PLC, PLC], "serial": [
         {"name": "plc", "device": "/dev/ttyS1", "pattern": "(?P<v>.)", "points": []}]})
-    assert "opcua.0: device name 'plc' is also a Modbus or serial device" in clash[0]
+    assert "opcua.0: device name 'plc' is also a serial device" in clash[0]
     assert "opcua.1: duplicate device name 'plc' (also opcua.0)" in clash[0]
 
 
