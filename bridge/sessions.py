@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import Generic, TypeVar
+from collections.abc import Mapping
+from typing import Generic, Protocol, TypeVar
 
 from bridge.driver import Counters, DeviceContext
 from bridge.point import BAD
@@ -42,10 +42,18 @@ def reason_of(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+class PointWithReporter(Protocol):
+    """What a family keeps per point: at least the point's reporter."""
+
+    @property
+    def reporter(self) -> Reporter: ...
+
+
 class SessionDevice(Generic[SessionT]):
     """The outage behaviour shared by the session families (see the module's comment)."""
 
     log: logging.Logger
+    points: Mapping[str, PointWithReporter]  # the family's state of each point, by name
     # What ends a session or an attempt quietly (anything else: with its traceback at DEBUG)
     expected: tuple[type[BaseException], ...] = (OSError,)
     # What a session may end with without crashing the device's task
@@ -67,9 +75,19 @@ class SessionDevice(Generic[SessionT]):
 
     # -- what a family gives ----------------------------------------------------------------
 
-    def reporters(self) -> Iterable[Reporter]:
+    @property
+    def name(self) -> str:
+        return self.device_name
+
+    def reporters(self) -> list[Reporter]:
         """The reporters of the device's points."""
-        raise NotImplementedError
+        return [state.reporter for state in self.points.values()]
+
+    def adopt(self, previous: object) -> None:
+        """A restarted device starts afresh: its status is published at its first session."""
+
+    def close(self) -> None:
+        """Nothing to release: the run task closed its session when it was cancelled."""
 
     async def connect(self) -> SessionT:
         """A new session; raises on failure (nothing left open)."""

@@ -107,20 +107,6 @@ class OpcUaDevice(SessionDevice[SessionState]):
             self.points[point.name] = PointState(point, reporter)
         self._by_handle: dict[int, PointState] = {}
 
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    def reporters(self) -> list[Reporter]:
-        """The reporters of the device's points."""
-        return [state.reporter for state in self.points.values()]
-
-    def adopt(self, previous: object) -> None:
-        """A restarted device starts afresh: its status is published at its first session."""
-
-    def close(self) -> None:
-        """Nothing to release: the run task closed its session when it was cancelled."""
-
     # -- sessions (the loop and the outage: bridge/sessions.py) ------------------------------
 
     async def connect(self) -> SessionState:

@@ -82,20 +82,6 @@ class S7Device(SessionDevice[Session]):
         self._wake = asyncio.Event()
         self._lost_session = asyncio.Event()
 
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    def reporters(self) -> list[Reporter]:
-        """The reporters of the device's points."""
-        return [state.reporter for state in self.points.values()]
-
-    def adopt(self, previous: object) -> None:
-        """A restarted device starts afresh: its status is published at its first session."""
-
-    def close(self) -> None:
-        """Nothing to release: the run task closed its session when it was cancelled."""
-
     # -- sessions (the loop and the outage: bridge/sessions.py) ------------------------------
 
     async def connect(self) -> Session:
