@@ -20,6 +20,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from bridge import cli as bridge_cli
+from bridge import device_commands
 from gateway.base.hostport import parse_host_port
 from gateway.base.settings import ConfigError
 from gateway.broker.contracts.config import ListenerConfig
@@ -546,22 +547,22 @@ def cmd_modbus(args: argparse.Namespace) -> int:
 
 def cmd_opcua(args: argparse.Namespace) -> int:
     """`outpost opcua browse|probe`: the bridge's OPC UA tools."""
-    return bridge_cli.run_opcua(args, lambda path: load_config(path).bridge)
+    return device_commands.run_opcua(args, lambda path: load_config(path).bridge)
 
 
 def cmd_s7(args: argparse.Namespace) -> int:
     """`outpost s7 probe`: the bridge's S7 tool."""
-    return bridge_cli.run_s7(args, lambda path: load_config(path).bridge)
+    return device_commands.run_s7(args, lambda path: load_config(path).bridge)
 
 
 def cmd_bacnet(args: argparse.Namespace) -> int:
     """`outpost bacnet discover|probe`: the bridge's BACnet tools."""
-    return bridge_cli.run_bacnet(args, lambda path: load_config(path).bridge)
+    return device_commands.run_bacnet(args, lambda path: load_config(path).bridge)
 
 
 def cmd_enip(args: argparse.Namespace) -> int:
     """`outpost enip probe|browse`: the bridge's EtherNet/IP tools."""
-    return bridge_cli.run_enip(args, lambda path: load_config(path).bridge)
+    return device_commands.run_enip(args, lambda path: load_config(path).bridge)
 
 
 def main(argv: list[str] | None = None) -> int:

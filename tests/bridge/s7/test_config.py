@@ -100,7 +100,7 @@ def test_device_tsap_rack_slot_and_checks_across_families() -> None:
     with pytest.raises(ValidationError, match="duplicate point name"):
         S7DeviceConfig.model_validate({"name": "x", "host": "plc", "points": [
             {"name": "a", "address": "M0.0"}, {"name": "a", "address": "M0.1"}]})
-    with pytest.raises(Exception, match="s7.0: device name 'plc' is also an OPC UA device"):
+    with pytest.raises(Exception, match=r"s7\.0: device name 'plc' is also an OPC UA device"):
         parse_config({"bridge": {
             "opcua": [{"name": "plc", "endpoint": "opc.tcp://plc:4840"}],
             "s7": [{"name": "plc", "host": "plc"}]}})
