@@ -223,6 +223,8 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         "outpost enip browse 192.168.0.20",
     )},
     ".venv/bin/python -m bench.bridge.s7": (NotRunnable(BENCH),),
+    ".venv/bin/python -m bench.bridge.bacnet": (NotRunnable(BENCH),),
+    ".venv/bin/python -m bench.bridge.enip": (NotRunnable(BENCH),),
     ".venv/bin/python -m pytest tests/bridge": (
         NotRunnable("the bridge test suite itself: a test cannot run the suite it is part of"),
     ),

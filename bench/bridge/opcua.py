@@ -123,16 +123,17 @@ class StatusSubscriber(Subscriber):
 
 
 class Gateway:
-    """`outpost run` with one OPC UA device, and a subscriber counting its points."""
+    """`outpost run` with a configuration, and a subscriber counting its points."""
 
-    def __init__(self, workdir: Path, server: Server, items: int, hz: float, cpu: str) -> None:
-        config = workdir / f"outpost-{items}.toml"
-        config.write_text(config_text(server.port, items, hz))
+    def __init__(self, workdir: Path, text: str, cpu: str, name: str = "outpost.toml",
+                 log_level: str = "WARNING") -> None:
+        config = workdir / name
+        config.write_text(text)
+        self.log = workdir / "gateway.log"
         self.proc = subprocess.Popen(
-            pinned(cpu, [sys.executable, "-m", "outpost", "--log-level", "WARNING", "run",
+            pinned(cpu, [sys.executable, "-m", "outpost", "--log-level", log_level, "run",
                          "--listen", "127.0.0.1:0", "--config", str(config)]),
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=(workdir / "gateway.log").open("a"),
-            text=True)
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=self.log.open("a"), text=True)
         ready = wait_line(self.proc, r"listening on ([0-9.]+):(\d+)", 60)
         self.sub = StatusSubscriber(ready.group(1), int(ready.group(2)))
 
@@ -146,6 +147,26 @@ class Gateway:
     def stop(self) -> None:
         self.proc.kill()
         self.proc.wait()
+
+
+def measured_window(sub: StatusSubscriber, pids: tuple[int, int], warmup: float,
+                    duration: float, device_key: str) -> dict[str, object]:
+    """After `warmup` seconds, `duration` seconds of points published per second, the gateway's
+    CPU (`pids[0]`: user + system seconds per second) and CPU per 1,000 points/s, and the
+    device's (`pids[1]`) CPU as `device_key`."""
+    sub.pump(time.monotonic() + warmup)
+    points0, cpu0, t0 = sub.points, [cpu_seconds(p) for p in pids], time.monotonic()
+    sub.pump(t0 + duration)
+    points1, cpu1, t1 = sub.points, [cpu_seconds(p) for p in pids], time.monotonic()
+    elapsed = t1 - t0
+    rate = (points1 - points0) / elapsed
+    cpu, device_cpu = ((b - a) / elapsed for a, b in zip(cpu0, cpu1, strict=True))
+    return {
+        "window_s": round(elapsed, 2), "points_per_s": round(rate),
+        "gateway_cpu_cores": round(cpu, 3),
+        "cpu_per_1000_points_per_s": round(cpu / rate * 1000, 4) if rate else None,
+        device_key: round(device_cpu, 3),
+    }
 
 
 class Restartable(Protocol):
@@ -195,28 +216,20 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, object] = {"items": opts.items, "hz": opts.hz}
     try:
         # memory: a gateway with one item first
-        small = Gateway(workdir, server, 1, opts.hz, opts.gateway_cpu)
+        small = Gateway(workdir, config_text(server.port, 1, opts.hz), opts.gateway_cpu,
+                        "outpost-1.toml")
         small.wait_points(3, 60)
         rss_one = rss_kib(small.proc.pid)
         small.stop()
 
-        gateway = Gateway(workdir, server, opts.items, opts.hz, opts.gateway_cpu)
+        gateway = Gateway(workdir, config_text(server.port, opts.items, opts.hz),
+                          opts.gateway_cpu, f"outpost-{opts.items}.toml")
         sub = gateway.sub
         gateway.wait_points(opts.items, 120)
-        sub.pump(time.monotonic() + opts.warmup)
         pids = (gateway.proc.pid, server.proc.pid if server.proc else 0)
-        points0, cpu0, t0 = sub.points, [cpu_seconds(p) for p in pids], time.monotonic()
-        sub.pump(t0 + opts.duration)
-        points1, cpu1, t1 = sub.points, [cpu_seconds(p) for p in pids], time.monotonic()
+        result |= measured_window(sub, pids, opts.warmup, opts.duration, "server_cpu_cores")
         rss_many = rss_kib(gateway.proc.pid)
-        elapsed = t1 - t0
-        rate = (points1 - points0) / elapsed
-        cpu, server_cpu = ((b - a) / elapsed for a, b in zip(cpu0, cpu1, strict=True))
         result |= {
-            "window_s": round(elapsed, 2), "points_per_s": round(rate),
-            "gateway_cpu_cores": round(cpu, 3),
-            "cpu_per_1000_points_per_s": round(cpu / rate * 1000, 4) if rate else None,
-            "server_cpu_cores": round(server_cpu, 3),
             "gateway_rss_mib": round(rss_many / 1024, 1),
             "rss_mib_per_1000_items": round((rss_many - rss_one) / 1024
                                             / max(opts.items - 1, 1) * 1000, 2),
