@@ -258,3 +258,9 @@ class BacnetFamily:
 
     def close(self) -> None:
         """Nothing shared to close."""
+
+    async def explore(self, device: BacnetDeviceConfig, bridge: BridgeConfig) -> Exploration:
+        """The device's max APDU, the read plan, and every point read once with it."""
+        from bridge.bacnet import tools  # noqa: PLC0415 (only when used)
+
+        return await tools.explore(device)

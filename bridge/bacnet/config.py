@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from bridge.driver import DeviceDescription, PointInfo
 from bridge.point import Name, ReportFields, Seconds, check_unique
@@ -143,6 +143,16 @@ class BacnetPointConfig(ReportFields):
 
 class BacnetDeviceConfig(Section):
     """One BACnet/IP device and the objects read from it."""
+
+    # How the console shows it (outpost/console/forms.py reads these hints from the schema):
+    # where the device is (a router's address, network and MAC for one behind it) at once.
+    model_config = ConfigDict(json_schema_extra={"x-ui": {
+        "main": ["name", "address", "device_id", "network", "mac", "poll_interval"],
+        "columns": ["name", "object", "unit", "deadband", "writable"],
+        "list": ["address"],
+        "labels": {"address": "device or router address", "device_id": "device instance",
+                   "network": "network (behind a router)", "mac": "MAC (behind a router)"},
+        "placeholders": {"address": "192.168.0.30:47808", "mac": "05"}}})
 
     name: Name = Field(title="Name", description="the device's topic level")
     enabled: bool = Field(default=True, title="Enabled",

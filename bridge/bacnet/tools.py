@@ -7,6 +7,7 @@
   configure it.
 - `probe` reaches a device as the bridge would (its max APDU, the ReadPropertyMultiple plan
   for it) and reads every point once: value, unit and quality, or the device's error.
+  `explore` is the same for the console, as rows.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from bridge.bacnet.device import SETUP, BacnetDevice
 from bridge.bacnet.endpoint import Endpoint, RefusedError
 from bridge.bacnet.plan import plan_reads
 from bridge.bacnet.tags import DecodeError
-from bridge.driver import DeviceContext
+from bridge.driver import Exploration
+from bridge.probe import ProbeRun, point_lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +99,13 @@ def format_discovered(devices: list[Discovered]) -> list[str]:
     return lines
 
 
-async def probe(config: BacnetDeviceConfig) -> tuple[list[str], int]:
-    """The device reached, its plan, and every point read once; (lines, points that failed)."""
-    logging.getLogger("outpost.bridge.bacnet").setLevel(logging.CRITICAL)  # the lines say it
-    published: dict[str, bytes] = {}
-    device = BacnetDevice(config, DeviceContext(
-        "probe", published.__setitem__, lambda _device, _online: None))
+async def explore(config: BacnetDeviceConfig) -> Exploration:
+    """The device reached (its max APDU), the ReadPropertyMultiple plan for it, and every point
+    read once with it (`BacnetFamily.explore`, the console's probe): value, unit (the
+    point's, else the device's own) and quality, or the device's error."""
+    logging.getLogger("outpost.bridge.bacnet").setLevel(logging.CRITICAL)  # the rows say it
+    run = ProbeRun()
+    device = BacnetDevice(config, run.context)
     endpoint = await Endpoint(config.timeout, config.retries).open(*config.local)
     try:
         await device.connect(endpoint)
@@ -117,19 +120,12 @@ async def probe(config: BacnetDeviceConfig) -> tuple[list[str], int]:
         await device.read(endpoint, plan)
     finally:
         endpoint.close()
-    lines += ["", f"{'point':<24} {'object':<26} result"]
-    failed = 0
-    for name, state in device.points.items():
-        where = f"{name:<24} {state.config.object:<26} "
-        if state.error is not None:
-            failed += 1
-            lines.append(where + f"FAILED: {state.error}")
-            continue
-        last = state.reporter.last(0.0) or {}
-        unit = f" {state.unit}" if state.unit else ""
-        quality = last.get("quality")
-        lines.append(where + f"{last.get('value')!r}{unit}"
-                     + ("" if quality == "good" else f" ({quality})"))
-    lines.append(f"{len(config.points) - failed} of {len(config.points)} point(s) answered, "
-                 f"{failed} failed")
-    return lines, failed
+    return Exploration(tuple(lines), run.rows(device.points.values(),
+                                              lambda point: point.object))
+
+
+async def probe(config: BacnetDeviceConfig) -> tuple[list[str], int]:
+    """The device reached, its plan, and every point read once; (lines, points that failed)."""
+    exploration = await explore(config)
+    lines, failed = point_lines(exploration.points, (("point", 24), ("object", 26)))
+    return [*exploration.lines, *lines], failed

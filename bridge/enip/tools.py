@@ -15,17 +15,17 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 
-from bridge.driver import DeviceContext, Exploration, Found
+from bridge.driver import Exploration, Found
 from bridge.enip import wire
 from bridge.enip.config import EnipDeviceConfig
 from bridge.enip.device import EnipDevice
 from bridge.enip.plan import describe
 from bridge.enip.session import Session, open_session
 from bridge.enip.values import TYPE_NAMES
+from bridge.probe import ProbeRun, point_lines
 
 
 async def explore(config: EnipDeviceConfig) -> Exploration:
@@ -33,12 +33,8 @@ async def explore(config: EnipDeviceConfig) -> Exploration:
     with it, and the controller's tags where it lists them (`EnipFamily.explore`, the
     console's probe and browse: each tag found comes with the point row that reads it)."""
     logging.getLogger("outpost.bridge.enip").setLevel(logging.CRITICAL)  # the rows say it
-    published: dict[str, dict[str, object]] = {}
-
-    def keep(topic: str, payload: bytes) -> None:
-        published[topic] = json.loads(payload)
-
-    device = EnipDevice(config, DeviceContext("probe", keep, lambda _device, _online: None))
+    run = ProbeRun()
+    device = EnipDevice(config, run.context)
     session = await open_session(config)
     try:
         lines = [f"connected to {config.route} ({session.product}), connection size "
@@ -56,22 +52,14 @@ async def explore(config: EnipDeviceConfig) -> Exploration:
             tags = []
     finally:
         await session.close()
-    rows = []
-    for name, state in device.points.items():
-        point = state.config
-        if state.error is not None:
-            rows.append(Found(name, point.tag, error=state.error, detail=point.type))
-            continue
-        got = published.get(state.reporter.topic, {})
-        quality = got.get("quality")
-        rows.append(Found(name, point.tag, got.get("value"), point.unit,
-                          quality if isinstance(quality, str) else None, None, point.type))
+    rows = run.rows(device.points.values(), lambda point: point.tag,
+                    lambda point: point.type)
     found = tuple(Found(_point_name(tag), tag, detail=kind + (f"[{dimensions} dim]"
                                                               if dimensions else ""),
                         point={"name": _point_name(tag), "tag": tag, "type": kind}
                         if kind in TYPE_NAMES and not dimensions else None)
                   for tag, kind, dimensions in tags)
-    return Exploration(tuple(lines), tuple(rows), found)
+    return Exploration(tuple(lines), rows, found)
 
 
 def _point_name(tag: str) -> str:
@@ -84,22 +72,9 @@ async def probe(config: EnipDeviceConfig) -> tuple[list[str], int]:
     """The connection, the plan and every point read once; (lines, points that failed)."""
     exploration = await explore(config)
     lines = [line for line in exploration.lines if "does not list its tags" not in line]
-    if not config.points:
-        return lines, 0
-    lines.append("")
-    lines.append(f"{'point':<24} {'tag':<28} {'type':<8} result")
-    failed = 0
-    for row in exploration.points:
-        where = f"{row.name:<24} {row.where:<28} {row.detail:<8} "
-        if row.error is not None:
-            failed += 1
-            lines.append(where + f"FAILED: {row.error}")
-            continue
-        unit = f" {row.unit}" if row.unit else ""
-        lines.append(where + _shown(row.value) + unit)
-    lines.append(f"{len(config.points) - failed} of {len(config.points)} point(s) answered, "
-                 f"{failed} failed")
-    return lines, failed
+    points, failed = point_lines(exploration.points, (("point", 24), ("tag", 28), ("type", 8)),
+                                 _shown)
+    return [*lines, *points], failed
 
 
 async def tag_list(session: Session, program: str | None = None,

@@ -10,10 +10,10 @@ as rows.
 
 from __future__ import annotations
 
-import json
 import logging
 
-from bridge.driver import DeviceContext, Exploration, Found
+from bridge.driver import Exploration
+from bridge.probe import ProbeRun, point_lines
 from bridge.s7.config import S7DeviceConfig
 from bridge.s7.device import S7Device
 from bridge.s7.plan import describe
@@ -23,24 +23,9 @@ from bridge.s7.session import open_session
 async def probe(config: S7DeviceConfig) -> tuple[list[str], int]:
     """The connection, the plan and every point read once; (lines, points that failed)."""
     exploration = await explore(config)
-    lines = list(exploration.lines)
-    if not config.points:
-        return lines, 0
-    lines.append("")
-    lines.append(f"{'point':<24} {'address':<16} {'type':<14} result")
-    failed = 0
-    for row in exploration.points:
-        where = f"{row.name:<24} {row.where:<16} {row.detail:<14} "
-        if row.error is not None:
-            failed += 1
-            lines.append(where + f"FAILED: {row.error}")
-            continue
-        unit = f" {row.unit}" if row.unit else ""
-        lines.append(where + f"{row.value!r}{unit}"
-                     + ("" if row.quality == "good" else f" ({row.quality})"))
-    answered = len(config.points) - failed
-    lines.append(f"{answered} of {len(config.points)} point(s) answered, {failed} failed")
-    return lines, failed
+    lines, failed = point_lines(exploration.points, (("point", 24), ("address", 16),
+                                                     ("type", 14)))
+    return [*exploration.lines, *lines], failed
 
 
 async def explore(config: S7DeviceConfig) -> Exploration:
@@ -48,12 +33,8 @@ async def explore(config: S7DeviceConfig) -> Exploration:
     (`S7Family.explore`, the console's probe); an S7 PLC lists no symbols over PUT/GET, so
     nothing is found besides the points."""
     logging.getLogger("outpost.bridge.s7").setLevel(logging.CRITICAL)  # the rows say it
-    published: dict[str, dict[str, object]] = {}
-
-    def keep(topic: str, payload: bytes) -> None:
-        published[topic] = json.loads(payload)
-
-    device = S7Device(config, DeviceContext("probe", keep, lambda _device, _online: None))
+    run = ProbeRun()
+    device = S7Device(config, run.context)
     session = await open_session(config)
     try:
         lines = [f"connected to {config.host}:{config.port} (remote TSAP "
@@ -71,14 +52,6 @@ async def explore(config: S7DeviceConfig) -> Exploration:
         lines += describe(device.plan, session.pdu)
     finally:
         await session.close()
-    rows = []
-    for name, state in device.points.items():
-        point = state.config
-        if state.error is not None:
-            rows.append(Found(name, point.address, error=state.error, detail=point.kind))
-            continue
-        got = published.get(state.reporter.topic, {})
-        quality = got.get("quality")
-        rows.append(Found(name, point.address, got.get("value"), point.unit,
-                          quality if isinstance(quality, str) else None, None, point.kind))
-    return Exploration(tuple(lines), tuple(rows))
+    rows = run.rows(device.points.values(), lambda point: point.address,
+                    lambda point: point.kind)
+    return Exploration(tuple(lines), rows)

@@ -2,7 +2,8 @@
 forms come from each family's configuration model, the probe and browse from its `explore`.
 
 The peers are independent implementations: an OPC UA server of node-opcua, an S7 PLC of
-node-snap7 (snap7's C server) and cpppo's Logix simulator, all as processes. One gateway for
+node-snap7 (snap7's C server), cpppo's Logix simulator and the @bacnet-js/client BACnet
+devices, all as processes. One gateway for
 the module; each test adds its device through the generic form, probes (and browses) it
 first, applies, sees its values, writes, edits it, and disables it, as a technician would with
 the family's page.
@@ -20,6 +21,7 @@ import pytest
 from bridge.catalog import entries
 from bridge.families import registered
 from gateway.broker.net.security_files import set_password
+from tests.bridge.bacnet.support import NodeDevice
 from tests.bridge.enip.support import LogixSimulator
 from tests.bridge.opcua.support import NodeServer
 from tests.bridge.s7.support import S7Server
@@ -68,6 +70,13 @@ def logix() -> Iterator[LogixSimulator]:
     simulator.kill()
 
 
+@pytest.fixture(scope="module")
+def bacnet() -> Iterator[NodeDevice]:
+    devices = NodeDevice().start()
+    yield devices
+    devices.kill()
+
+
 @pytest.fixture
 def admin(gateway: Outpost) -> HttpSession:
     session = HttpSession(gateway.url("/"))
@@ -106,6 +115,26 @@ def live_value(gateway: Outpost, device: str, point: str) -> object:
     devices = json.loads(http_get(gateway.url("/status"))[2])["devices"]["devices"]
     state = next((d for d in devices if d["name"] == device), {})
     return (state.get("points") or {}).get(point, {}).get("value")
+
+
+def added_live_and_written(gateway: Outpost, admin: HttpSession, kind: str,
+                           device: dict[str, str], live: tuple[str, object],
+                           write: tuple[str, float]) -> None:
+    """Add `device` from its family's form and apply; wait until the `live` point has its
+    value; write the `write` point through the console and see the value come back."""
+    name = device["name"]
+    page = apply(admin, post(admin, f"/console/{kind}/new", device), f"[[bridge.{kind}]]")
+    assert f"applied: add device {name}" in page
+    point, value = live
+    wait_for(lambda: live_value(gateway, name, point) == value, 20,
+             message=f"no {kind} value")
+    point, value = write
+    status, page = admin.request(f"/console/devices/{name}/write", {
+        "csrf": admin.csrf(), "point": point, "value": str(value)})
+    assert status == 200 and f"wrote {name}/{point} = {value}" in html.unescape(page), \
+        page[-2000:]
+    wait_for(lambda: live_value(gateway, name, point) == value, 20,
+             message="the written value did not come back")
 
 
 def test_every_registered_family_has_its_add_form(admin: HttpSession) -> None:
@@ -190,16 +219,8 @@ def test_an_s7_plc_is_probed_added_live_written_and_edited(
     assert answer(page, "temperature") == "21.5 °C"
     assert answer(page, "setpoint") == "50.0"
     assert "PDU" in page and "plan: 1 request" in page
-    page = apply(admin, post(admin, "/console/s7/new", device), "[[bridge.s7]]")
-    assert "applied: add device cabinet" in page
-    wait_for(lambda: live_value(gateway, "cabinet", "temperature") == 21.5, 20,
-             message="no S7 value")
-    status, page = admin.request("/console/devices/cabinet/write", {
-        "csrf": admin.csrf(), "point": "setpoint", "value": "55.5"})
-    assert status == 200 and "wrote cabinet/setpoint = 55.5" in html.unescape(page), \
-        page[-2000:]
-    wait_for(lambda: live_value(gateway, "cabinet", "setpoint") == 55.5, 20,
-             message="the written value did not come back")
+    added_live_and_written(gateway, admin, "s7", device, ("temperature", 21.5),
+                           ("setpoint", 55.5))
     # The device page's own settings and a deadband, changed in place.
     page = post(admin, "/console/devices/cabinet", {
         "host": "127.0.0.1", "port": str(s7.port), "rack": "0", "slot": "1",
@@ -227,13 +248,21 @@ def test_a_logix_controller_is_probed_added_live_and_written(
     page = post(admin, "/console/enip/probe", device)
     assert answer(page, "speed") == "0.0 rpm" and answer(page, "count") == "0", page[-3000:]
     assert "connection size 4000" in page and "plan: 1 request" in page
-    page = apply(admin, post(admin, "/console/enip/new", device), "[[bridge.enip]]")
-    assert "applied: add device line" in page
-    wait_for(lambda: live_value(gateway, "line", "speed") == 0.0, 20,
-             message="no EtherNet/IP value")
-    status, page = admin.request("/console/devices/line/write", {
-        "csrf": admin.csrf(), "point": "setpoint", "value": "42.5"})
-    assert status == 200 and "wrote line/setpoint = 42.5" in html.unescape(page), \
-        page[-2000:]
-    wait_for(lambda: live_value(gateway, "line", "setpoint") == 42.5, 20,
-             message="the written value did not come back")
+    added_live_and_written(gateway, admin, "enip", device, ("speed", 0.0), ("setpoint", 42.5))
+
+
+def test_a_bacnet_device_behind_a_router_is_probed_added_live_and_written(
+        gateway: Outpost, bacnet: NodeDevice, admin: HttpSession) -> None:
+    device = {"name": "ahu", "address": bacnet.address, "device_id": "2001", "network": "5",
+              "mac": "01", "poll_interval": "0.2",
+              "points.0.name": "temperature", "points.0.object": "AI:1",
+              "points.1.name": "setpoint", "points.1.object": "AV:1", "points.1.writable": "1"}
+    # A device behind a router needs its network and its MAC: refused before any request.
+    page = post(admin, "/console/bacnet/probe", {**device, "mac": ""})
+    assert "network and mac go together" in page, page[-3000:]
+    # The probe: the device's max APDU, the plan, each point read once (the device's units).
+    page = post(admin, "/console/bacnet/probe", device)
+    assert answer(page, "temperature") == "21.5 °C" and answer(page, "setpoint") == "20.0 °C"
+    assert "max APDU" in page and "plan: 1 ReadPropertyMultiple request" in page
+    added_live_and_written(gateway, admin, "bacnet", device, ("temperature", 21.5),
+                           ("setpoint", 23.5))
