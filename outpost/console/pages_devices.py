@@ -48,6 +48,7 @@ from outpost.console.pages_forms import catalog, device_of, form_dict
 
 log = logging.getLogger("outpost.console")
 KEEPALIVE = 15.0  # seconds between two keepalive lines of an idle event stream
+LOOK = 0.5  # seconds between two looks at whether an idle stream's tab was closed
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
@@ -290,7 +291,12 @@ async def write_point(request: web.Request) -> web.StreamResponse:
 
 
 async def live_stream(request: web.Request) -> web.StreamResponse:
-    """Server-Sent Events: the values of one device (`?device=`), or of all."""
+    """Server-Sent Events: the values of one device (`?device=`), or of all.
+
+    A tab that is closed (its page left for the next one) closes its connection; the stream
+    ends as soon as that is seen, not at its next write (the next value of a device that may
+    publish nothing for a long time, or the next keepalive), so that a closed tab does not
+    hold one of the streams a login may have (outpost/console/live.py)."""
     live = request.app[CONSOLE].live
     session = session_of(request)
     queue = live.watch(request.query.get("device") or None, session.token, session.user)
@@ -300,13 +306,21 @@ async def live_stream(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-store"})
     await response.prepare(request)
+    idle = 0.0
     try:
         while True:
             try:
-                event = await asyncio.wait_for(queue.get(), KEEPALIVE)
-            except TimeoutError:  # a comment line: a closed tab is noticed, its queue freed
-                await response.write(b": keepalive\n\n")
+                event = await asyncio.wait_for(queue.get(), LOOK)
+            except TimeoutError:
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break  # the tab was closed: its queue is freed
+                idle += LOOK
+                if idle >= KEEPALIVE:  # a comment line: what is between notices it is alive
+                    idle = 0.0
+                    await response.write(b": keepalive\n\n")
                 continue
+            idle = 0.0
             if event is None:  # the console is closing
                 break
             await response.write(f"data: {event}\n\n".encode())

@@ -316,13 +316,34 @@ def test_one_login_cannot_hold_every_live_stream(gateway: Outpost) -> None:
             held.close()
 
 
-def open_stream(gateway: Outpost, session: HttpSession) -> tuple[int, socket.socket]:
-    """GET /console/live with the session's cookie; (status, the open socket)."""
+def test_a_closed_live_view_frees_its_place_at_once(gateway: Outpost) -> None:
+    """A technician going through more device pages in a row than a login may hold live
+    views: each page left closes its stream, which no longer counts, although its device
+    publishes nothing that would show the stream closed (the keepalive comes after 15 s)."""
+    admin = logged_in(gateway)
+    for _ in range(4):
+        status, stream = open_stream(gateway, admin, "quiet")
+        stream.close()
+        assert status == 200
+
+    def fifth() -> bool:
+        status, stream = open_stream(gateway, admin, "quiet")
+        stream.close()
+        return status == 200
+
+    wait_for(fifth, 5, interval=0.1, message="the closed live views still count")
+
+
+def open_stream(gateway: Outpost, session: HttpSession, device: str = ""
+                ) -> tuple[int, socket.socket]:
+    """GET /console/live (of `device`, else of all) with the session's cookie; (status, the
+    open socket)."""
     host, port = gateway.url("").split("//")[1].rstrip("/").split(":")
     sock = socket.create_connection((host, int(port)), timeout=20)
     cookies = "; ".join(f"{c.name}={c.value}" for c in session.jar)
-    sock.sendall(f"GET /console/live HTTP/1.1\r\nHost: {host}\r\nCookie: {cookies}\r\n\r\n"
-                 .encode())
+    query = f"?device={device}" if device else ""
+    sock.sendall(f"GET /console/live{query} HTTP/1.1\r\nHost: {host}\r\nCookie: {cookies}"
+                 f"\r\n\r\n".encode())
     head = b""
     while b"\r\n" not in head:
         head += sock.recv(1024)
