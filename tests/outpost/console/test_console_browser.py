@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
+from tests.bridge.bacnet.support import NodeDevice
+from tests.bridge.enip.support import LogixSimulator
 from tests.bridge.s7.support import S7Server
 from tests.bridge.support import SocatPair, Watcher
 from tests.bridge.test_serial_e2e import PtyEnd
@@ -59,8 +62,9 @@ def by_css(driver: Any, selector: str, timeout: float = 15.0) -> Any:
                     timeout, message=f"no {selector} on {driver.current_url}")
 
 
-def text_of(driver: Any, selector: str, expected: str, timeout: float = 15.0) -> str:
-    """Wait until the element's text contains `expected`."""
+def text_of(driver: Any, selector: str, expected: str, timeout: float = 15.0,
+            message: str = "") -> str:
+    """Wait until the element's text contains `expected` (fail with `message`, if given)."""
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
@@ -74,7 +78,7 @@ def text_of(driver: Any, selector: str, expected: str, timeout: float = 15.0) ->
             pass
         return None
 
-    return wait_for(found, timeout, message=f"{selector} never showed {expected!r}")
+    return wait_for(found, timeout, message=message or f"{selector} never showed {expected!r}")
 
 
 def fill(driver: Any, values: dict[str, str]) -> None:
@@ -169,25 +173,88 @@ def step_add_a_serial_line_device(site: Site, browser: Any, mqtt: Watcher) -> No
         pair.stop()
 
 
+@contextmanager
+def stage(what: str) -> Iterator[None]:
+    """A failure inside says what was being done (the browser's own exceptions too)."""
+    try:
+        yield
+    except Exception as exc:  # an assertion, a timeout, an input selenium could not fill
+        raise AssertionError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def add_from_its_family_form(site: Site, browser: Any, mqtt: Watcher, kind: str,
+                             form: dict[str, str], point: str, value: float,
+                             shown: str) -> None:
+    """A family's device added from the form the console renders from its configuration
+    model (`#add-<kind>`): probed (the point's answer shows `shown`), reviewed, applied; the
+    point's `value` arrives on MQTT and is shown live on the device's page. A failure names
+    the family, the device and the stage."""
+    name = form["name"]
+    with stage(f"{kind} device {name}: its form"):
+        browser.get(site.console + "devices")
+        click(browser, f"#add-{kind}")
+        fill(browser, form)
+    with stage(f"{kind} device {name}: the probe"):
+        click(browser, "#probe")
+        # the point's answer, or what the page says instead (a failed probe, a refused value)
+        answer = text_of(browser, f'#probe-results [data-point="{point}"], #probe-error, '
+                         f"#errors, .field-error", "", timeout=40,
+                         message=f"no answer of the probe for {point} on the page")
+        assert shown in answer, f"{point} answered {answer!r}, not {shown!r}"
+        assert f'name = "{name}"' not in site.config_path.read_text()  # a probe writes nothing
+    with stage(f"{kind} device {name}: review and apply"):
+        click(browser, f"#review-{kind}")
+        review_and_apply(browser, f"[[bridge.{kind}]]")
+    with stage(f"{kind} device {name}: its value on MQTT"):
+        got = mqtt.wait(f"devices/{name}/{point}", timeout=20)
+        assert got["value"] == value and got["quality"] == "good", got
+    with stage(f"{kind} device {name}: its value live on its page"):
+        browser.get(site.console + f"devices/{name}")
+        text_of(browser, f'[data-live="{name}/{point}"]', f"{value:g}")
+
+
 def step_add_an_s7_plc_from_its_family_form(site: Site, browser: Any, mqtt: Watcher) -> None:
     """A family that had no page of its own: its form comes from its configuration model."""
     plc = S7Server().start()
     try:
-        browser.get(site.console + "devices")
-        click(browser, "#add-s7")
-        fill(browser, {"name": "cabinet", "host": "127.0.0.1", "port": str(plc.port),
-                       "poll_interval": "0.5", "points.0.name": "temperature",
-                       "points.0.address": "DB1.DBD14", "points.0.type": "REAL",
-                       "points.0.unit": "C"})
-        click(browser, "#probe")
-        text_of(browser, '#probe-results [data-point="temperature"]', "21.5 C")
-        click(browser, "#review-s7")
-        review_and_apply(browser, "[[bridge.s7]]")
-        assert mqtt.wait("devices/cabinet/temperature", timeout=20)["value"] == 21.5
-        browser.get(site.console + "devices/cabinet")
-        text_of(browser, '[data-live="cabinet/temperature"]', "21.5")
+        add_from_its_family_form(site, browser, mqtt, "s7", {
+            "name": "cabinet", "host": "127.0.0.1", "port": str(plc.port),
+            "poll_interval": "0.5", "points.0.name": "temperature",
+            "points.0.address": "DB1.DBD14", "points.0.type": "REAL", "points.0.unit": "C"},
+            "temperature", 21.5, "21.5 C")
     finally:
         plc.kill()
+
+
+def step_add_a_bacnet_device_from_its_family_form(site: Site, browser: Any,
+                                                  mqtt: Watcher) -> None:
+    """Device 2001 of the @bacnet-js/client devices, behind the router they also are
+    (network 5, MAC 01): its analog input 1 (21.5, in degrees Celsius by the device's own
+    units), subscribed to by COV."""
+    devices = NodeDevice().start()
+    try:
+        add_from_its_family_form(site, browser, mqtt, "bacnet", {
+            "name": "ahu", "address": devices.address, "device_id": "2001", "network": "5",
+            "mac": "01", "poll_interval": "0.5", "points.0.name": "supply_air",
+            "points.0.object": "AI:1"},
+            "supply_air", 21.5, "21.5 °C")
+    finally:
+        devices.kill()
+
+
+def step_add_a_logix_controller_from_its_family_form(site: Site, browser: Any,
+                                                     mqtt: Watcher) -> None:
+    """cpppo's Logix simulator, a UDT member's tag by its Studio 5000 name (the simulator
+    starts every tag at zero)."""
+    controller = LogixSimulator().start()
+    try:
+        add_from_its_family_form(site, browser, mqtt, "enip", {
+            "name": "packer", "host": "127.0.0.1", "port": str(controller.port),
+            "path": "1,0", "poll_interval": "0.5", "points.0.name": "speed",
+            "points.0.tag": "Motor.Speed", "points.0.type": "REAL", "points.0.unit": "rpm"},
+            "speed", 0.0, "0.0 rpm")
+    finally:
+        controller.kill()
 
 
 def step_live_values_are_pushed_to_the_device_page(site: Site, browser: Any) -> None:
@@ -321,7 +388,7 @@ def step_history_lists_the_versions_and_rolls_back(site: Site, browser: Any,
     assert mqtt.wait("devices/meter-1/status", lambda s: s == "offline") == "offline"
 
 
-@pytest.mark.timeout(600)  # fifteen steps, each waiting for what the browser shows
+@pytest.mark.timeout(600)  # seventeen steps, each waiting for what the browser shows
 def test_a_technician_sets_the_site_up_in_the_browser(site: Site, browser: Any,
                                                        mqtt: Watcher) -> None:
     step_log_in(site, browser)
@@ -329,6 +396,8 @@ def test_a_technician_sets_the_site_up_in_the_browser(site: Site, browser: Any,
     step_add_an_sdm630_from_its_profile_probe_and_apply(site, browser, mqtt)
     step_add_a_serial_line_device(site, browser, mqtt)
     step_add_an_s7_plc_from_its_family_form(site, browser, mqtt)
+    step_add_a_bacnet_device_from_its_family_form(site, browser, mqtt)
+    step_add_a_logix_controller_from_its_family_form(site, browser, mqtt)
     step_live_values_are_pushed_to_the_device_page(site, browser)
     step_a_wrong_value_shows_at_its_field_and_changes_nothing(site, browser)
     step_wrong_values_of_a_new_device_and_a_user_show_at_their_fields(site, browser)
