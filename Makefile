@@ -72,15 +72,19 @@ node-packages: system-packages
 	    echo "npm ci in $$dir"; (cd "$$dir" && npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
 	  fi; done
 
-# The Paho Go clients of tests/gateway/broker/e2e/test_28_go_clients.py: their modules into Go's
-# module cache, and one build to warm Go's build cache (the test builds again, in seconds). Their
-# go.mod needs Go 1.24: an older `go` (bookworm's golang-go is 1.19) is told and the tests skip.
-GO_DIR := tests/gateway/broker/e2e/goclients
+# The Go modules: the Paho Go clients of tests/gateway/broker/e2e/test_28_go_clients.py and the
+# Go load generator of bench/ (bench/goload, `bench.compare --generator go`). Their modules into
+# Go's module cache, and one build each to warm Go's build cache (the tests build again, in
+# seconds). Their go.mod needs Go 1.24: an older `go` (bookworm's golang-go is 1.19) is told and
+# the tests skip.
+GO_DIRS := tests/gateway/broker/e2e/goclients bench/goload
 .PHONY: go-packages
 go-packages: system-packages
 	@if printf 'go1.24\n%s\n' "$$(go env GOVERSION 2>/dev/null)" | sort -V -C; then \
-	  (cd $(GO_DIR) && go mod download && go build -buildvcs=false -o /dev/null .); \
-	else echo "note: no go >= 1.24: the Go client tests will be skipped" >&2; fi
+	  for dir in $(GO_DIRS); do \
+	    (cd $$dir && go mod download && go build -buildvcs=false -o /dev/null .) || exit 1; \
+	  done; \
+	else echo "note: no go >= 1.24: the Go client and Go load generator tests will be skipped" >&2; fi
 
 # The Java cloud brokers of tests/test_cloud_brokers.py (moquette, HiveMQ CE embedded): each
 # folder's pom.xml names one broker; Maven copies it and its dependencies into that folder's

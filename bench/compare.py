@@ -9,6 +9,11 @@ scenario, the broker is stopped, and the next broker gets the same scenario. Run
 by scenario (not broker by broker) keeps both brokers' figures close in time, so a change in
 background load on the machine hits both.
 
+`--generator go` runs the scenarios with the Go load generator (`bench/goload/`, on
+paho.mqtt.golang; `bench.gogen` builds it once per run) instead of `bench.loadgen`'s Python
+workers: the same clients, topics, windows and result keys, started from this process (so
+pinned to the load CPU the same way).
+
 The table shows absolute figures, the ratio outpost / mosquitto and which direction is better,
 then each target with PASS or MISS, then the CPU evidence that the load generator was not the
 bottleneck. `--json FILE` writes everything, including the raw per-scenario results.
@@ -30,16 +35,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import loadgen, procstat, workers
+from bench import gogen, loadgen, procstat, workers
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 BROKERS = ("mosquitto", "outpost")
+GENERATORS = ("python", "go")
 START_TIMEOUT = 20.0
 
 # Mosquitto is configured so it is never throttled by its own defaults: the load generator's
@@ -270,12 +276,36 @@ def wait_for_quiet(cpus: Sequence[int], threshold: float, max_wait: float) -> di
     return {c: busy.get(c, 0.0) for c in cpus}
 
 
+# (scenario, host, port, options, broker pid) -> the scenario's result
+Runner = Callable[[str, str, int, loadgen.LoadOptions, "int | None"], dict[str, Any]]
+
+
+def python_runner(
+    scenario: str, host: str, port: int, opts: loadgen.LoadOptions, broker_pid: int | None
+) -> dict[str, Any]:
+    """The scenario with bench.loadgen's Python workers."""
+    return loadgen.SCENARIOS[scenario](host, port, opts, broker_pid)
+
+
+def go_runner(binary: Path) -> Runner:
+    """The scenario with the Go load generator built at `binary`."""
+
+    def run(
+        scenario: str, host: str, port: int, opts: loadgen.LoadOptions, broker_pid: int | None
+    ) -> dict[str, Any]:
+        return gogen.run(binary, scenario, host, port, opts, broker_pid)
+
+    return run
+
+
 def run_all(
     scenarios: Sequence[str],
     brokers: Sequence[str],
     setup: BrokerSetup,
     opts: loadgen.LoadOptions,
     quiet_wait: float = 0.0,
+    runner: Runner = python_runner,
+    generator: str = "python",
 ) -> dict[str, dict[str, dict[str, Any]]]:
     results: dict[str, dict[str, dict[str, Any]]] = {}
     watched = sorted(
@@ -302,11 +332,12 @@ def run_all(
                 results[scenario][name] = {"error": unavailable[name]}
                 continue
             try:
-                result = loadgen.SCENARIOS[scenario](HOST, broker.port, opts, broker.pid)
+                result = runner(scenario, HOST, broker.port, opts, broker.pid)
             except (OSError, workers.LoadError) as exc:
                 result = {"error": f"{type(exc).__name__}: {exc}", "log": broker.log_tail()}
             finally:
                 broker.stop()
+            result["generator"] = generator
             result["broker_command"] = broker.command
             result["background_busy_pct_before"] = background
             results[scenario][name] = result
@@ -447,6 +478,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--scenarios", default=",".join(loadgen.SCENARIOS), help="default: %(default)s"
     )
     parser.add_argument("--json", type=Path, help="write all results to this file")
+    parser.add_argument(
+        "--generator", choices=GENERATORS, default="python",
+        help="load generator: python (bench.loadgen) or go (bench/goload, paho.mqtt.golang); "
+        "default: %(default)s",
+    )  # fmt: skip
     parser.add_argument("--warmup", type=float, default=defaults.warmup, help="s, per scenario")
     parser.add_argument(
         "--duration", type=float, default=defaults.duration, help="measured window, s"
@@ -489,6 +525,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         retained=args.retained,
         cpus=loadgen.cpu_list(args.load_cpus),
     )
+    runner: Runner = python_runner
+    if args.generator == "go":
+        try:
+            binary = gogen.build()
+        except gogen.GoUnavailableError as exc:
+            print(f"bench.compare: {exc}", file=sys.stderr)
+            return 2
+        print(f"-- load generator: {binary} (Go, paho.mqtt.golang)", file=sys.stderr)
+        runner = go_runner(binary)
     workers.pin_to(opts.cpus)
     workers.raise_nofile()
     started = time.time()
@@ -500,8 +545,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             mosquitto=args.mosquitto,
             python=args.python,
         )
-        results = run_all(scenarios, brokers, setup, opts, args.quiet_wait)
+        results = run_all(
+            scenarios, brokers, setup, opts, args.quiet_wait, runner, args.generator
+        )
     text, judged = report(results)
+    print(f"load generator: {args.generator}\n")
     print(text)
     if args.json:
         document = {
@@ -509,6 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
             "seconds": round(time.time() - started, 1),
             "machine": _machine(),
+            "generator": args.generator,
             "options": asdict(opts),
             "broker_cpu": broker_cpu,
             "mosquitto_conf": MOSQUITTO_CONF,

@@ -262,6 +262,7 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
     # bench/README.md, bench/cloud/README.md
     **{line: (NotRunnable(BENCH),) for line in (
         ".venv/bin/python -m bench.compare --json bench-results.json",
+        ".venv/bin/python -m bench.compare --generator go --scenarios fan-in,fan-out,qos1",
         ".venv/bin/python -m bench.instructions --json instructions.json",
         ".venv/bin/python -m bench.instructions --scenarios qos1,idle",
         ".venv/bin/python -m bench.loadgen fan-in --port 1883 --broker-pid $(pidof mosquitto)",
