@@ -31,6 +31,8 @@ NPM_DIRS += tests/bridge/opcua/node_server
 NPM_DIRS += tests/bridge/s7/node_server
 # @bacnet-js/client (a TypeScript BACnet stack): the BACnet bridge tests' devices (tests/bridge/bacnet/).
 NPM_DIRS += tests/bridge/bacnet/node_device
+# Aedes (Node.js, Mosca's successor): a peer broker of bench.compare --brokers (bench/peers/aedes/).
+NPM_DIRS += bench/peers/aedes
 
 .PHONY: demo test test-loaded lint typecheck unit soak fleet-test pipeline-test bench system-packages node-packages java-packages clean
 

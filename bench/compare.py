@@ -14,9 +14,13 @@ paho.mqtt.golang; `bench.gogen` builds it once per run) instead of `bench.loadge
 workers: the same clients, topics, windows and result keys, started from this process (so
 pinned to the load CPU the same way).
 
-The table shows absolute figures, the ratio outpost / mosquitto and which direction is better,
-then each target with PASS or MISS, then the CPU evidence that the load generator was not the
-bottleneck. `--json FILE` writes everything, including the raw per-scenario results.
+`--brokers` adds peers beside mosquitto and outpost: `moquette` (0.17, Java, from
+tests/support/cloud_brokers/moquette: `make java-packages`) and `aedes` (1.2, Node.js, Mosca's
+successor, bench/peers/aedes: `make node-packages`), both in memory like the other two.
+
+The table shows absolute figures, the ratio of each broker to mosquitto and which direction is
+better, then each target with PASS or MISS, then the CPU evidence that the load generator was
+not the bottleneck. `--json FILE` writes everything, including the raw per-scenario results.
 
     .venv/bin/python -m bench.compare --json bench-results.json
 """
@@ -44,9 +48,14 @@ from bench import gogen, loadgen, procstat, workers
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
-BROKERS = ("mosquitto", "outpost")
+BROKERS = ("mosquitto", "outpost", "moquette", "aedes")
+DEFAULT_BROKERS = ("mosquitto", "outpost")
+PEERS = ("moquette", "aedes")  # shown beside mosquitto and outpost when asked for
+MOQUETTE_LIB = REPO / "tests" / "support" / "cloud_brokers" / "moquette" / "lib"
+AEDES_DIR = REPO / "bench" / "peers" / "aedes"
 GENERATORS = ("python", "go")
 START_TIMEOUT = 20.0
+JVM_START_TIMEOUT = 90.0  # moquette: a JVM's start on a busy machine
 
 # Mosquitto is configured so it is never throttled by its own defaults: the load generator's
 # window keeps every queue small, so the queue limit only has to be out of the way; the
@@ -71,6 +80,16 @@ log_type notice
 # Like mosquitto here (persistence false): nothing on disk, so both measure the broker itself.
 # The durable store has its own benchmarks in bench/storage/.
 OUTPOST_CONF = '[limits]\nmax_connections = 20000\n[storage]\ndurability = "memory"\n'
+
+# The peers, in memory as well: moquette 0.17 (Java; its in-flight window is its own, 0.17 has
+# no setting for it) and Aedes 1.2 (Node.js, Mosca's successor; its queue limit out of the way).
+MOQUETTE_CONF = """\
+port {port}
+host {host}
+allow_anonymous true
+persistence_enabled false
+telemetry_enabled false
+"""
 
 
 
@@ -199,6 +218,20 @@ class BrokerSetup:
                 self.python, "-m", "outpost", "run", "--listen", f"{HOST}:{port}",
                 "--config", str(conf), "--state-dir", str(state),
             ]  # fmt: skip
+        if name == "moquette":
+            if not any(MOQUETTE_LIB.glob("*.jar")):
+                raise RuntimeError(f"moquette is not in {MOQUETTE_LIB}: run make java-packages")
+            home = self.workdir / f"moquette-{port}"
+            (home / "config").mkdir(parents=True, exist_ok=True)
+            (home / "config" / "moquette.conf").write_text(
+                MOQUETTE_CONF.format(port=port, host=HOST))
+            return ["java", f"-Dmoquette.path={home}", "-cp", f"{MOQUETTE_LIB}/*",
+                    "io.moquette.broker.Server"]
+        if name == "aedes":
+            if not (AEDES_DIR / "node_modules" / "aedes").is_dir():
+                raise RuntimeError(f"aedes is not installed in {AEDES_DIR}: run make "
+                                   "node-packages")
+            return ["node", str(AEDES_DIR / "broker.mjs"), str(port), HOST]
         raise ValueError(f"unknown broker {name!r}")
 
     def start(self, name: str) -> Broker:
@@ -222,7 +255,7 @@ class BrokerSetup:
             )
         broker = Broker(name, port, proc, log, command)
         try:
-            wait_accepting(broker)
+            wait_accepting(broker, JVM_START_TIMEOUT if name == "moquette" else START_TIMEOUT)
         except BaseException:
             broker.stop()
             raise
@@ -378,19 +411,20 @@ def _ratio(outpost: float | None, mosquitto: float | None) -> float | None:
 def report(results: dict[str, dict[str, dict[str, Any]]]) -> tuple[str, list[dict[str, Any]]]:
     """The printed report and the list of judged targets."""
     lines = []
-    header = f"{'scenario':<9} {'figure':<27} {'mosquitto':>11} {'outpost':>11} {'o/m':>8}  better"
+    peers = [p for p in PEERS if any(p in per_broker for per_broker in results.values())]
+    header = (f"{'scenario':<9} {'figure':<27} {'mosquitto':>11} {'outpost':>11} {'o/m':>8}"
+              + "".join(f" {peer:>11} {peer[0] + '/m':>8}" for peer in peers) + "  better")
     lines += [header, "-" * len(header)]
     for scenario, metric, label, higher in ROWS:
         if scenario not in results:
             continue
         m = _figure(results[scenario].get("mosquitto"), metric)
-        o = _figure(results[scenario].get("outpost"), metric)
-        ratio = _ratio(o, m)
-        ratio_text = f"{ratio:.2f}x" if ratio is not None else "-"
-        lines.append(
-            f"{scenario:<9} {label:<27} {_fmt(m):>11} {_fmt(o):>11} {ratio_text:>8}  "
-            f"{'higher' if higher else 'lower'}"
-        )
+        row = f"{scenario:<9} {label:<27} {_fmt(m):>11}"
+        for name in ("outpost", *peers):  # each with its ratio to mosquitto
+            figure = _figure(results[scenario].get(name), metric)
+            ratio = _ratio(figure, m)
+            row += f" {_fmt(figure):>11} {f'{ratio:.2f}x' if ratio is not None else '-':>8}"
+        lines.append(f"{row}  {'higher' if higher else 'lower'}")
     lines += ["", "targets (o/m = outpost / mosquitto):"]
     judged: list[dict[str, Any]] = []
     for target in TARGETS:
@@ -473,7 +507,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Run the benchmark scenarios against outpost and mosquitto; print ratios."
     )
     defaults = loadgen.LoadOptions()
-    parser.add_argument("--brokers", default=",".join(BROKERS), help="default: %(default)s")
+    parser.add_argument(
+        "--brokers", default=",".join(DEFAULT_BROKERS),
+        help=f"of {', '.join(BROKERS)}; default: %(default)s",
+    )  # fmt: skip
     parser.add_argument(
         "--scenarios", default=",".join(loadgen.SCENARIOS), help="default: %(default)s"
     )

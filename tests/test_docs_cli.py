@@ -264,6 +264,8 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         ".venv/bin/python -m bench.compare --json bench-results.json",
         ".venv/bin/python -m bench.compare --generator go --scenarios fan-in,fan-out,qos1",
         ".venv/bin/python -m bench.instructions --json instructions.json",
+        ".venv/bin/python -m bench.compare --brokers mosquitto,outpost,moquette,aedes "
+        "--scenarios fan-in,fan-out,qos1",
         ".venv/bin/python -m bench.instructions --scenarios qos1,idle",
         ".venv/bin/python -m bench.loadgen fan-in --port 1883 --broker-pid $(pidof mosquitto)",
         ".venv/bin/python -m bench.websocket --messages 20000 --size 64 --runs 3",
