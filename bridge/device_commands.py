@@ -111,6 +111,7 @@ def answer(command: str, model: type[BaseModel], target: Callable[[], DeviceT],
 
 # -- outpost opcua ------------------------------------------------------------------------------
 
+
 def _add_opcua_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     opcua = sub.add_parser("opcua", help="OPC UA tools: browse a server, probe a server")
     commands = opcua.add_subparsers(dest="opcua_command", required=True)
@@ -161,6 +162,7 @@ def run_opcua(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConf
     return answer(f"opcua {args.opcua_command}", OpcUaDeviceConfig,
                   lambda: _opcua_target(args, load_bridge), talk)
 
+
 def _opcua_target(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig],
                   ) -> OpcUaDeviceConfig:
     """The device to talk to: from --config/--device, or made from the arguments."""
@@ -184,6 +186,7 @@ def _opcua_target(args: argparse.Namespace, load_bridge: Callable[[Path], Bridge
 
 
 # -- outpost s7 ---------------------------------------------------------------------------------
+
 
 def _add_s7_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s7 = sub.add_parser("s7", help="Siemens S7 tools: probe a PLC")
@@ -217,18 +220,19 @@ def run_s7(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig]
 
     return answer("s7 probe", S7DeviceConfig, lambda: _s7_target(args, load_bridge), talk)
 
+
 def _s7_target(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig],
                ) -> S7DeviceConfig:
     """The PLC to probe: from --config/--device, or made from the arguments."""
+    host_port = parse_host_port(args.host, 102) if args.host else None
     device = configured_device(args, load_bridge, "s7", S7DeviceConfig)
     if device is not None:
-        if args.host:
-            host, _, port = args.host.partition(":")
-            device = device.model_copy(update={"host": host, "port": int(port or 102)})
+        if host_port is not None:
+            device = device.model_copy(update={"host": host_port.host,
+                                               "port": host_port.port})
         return device
-    if not args.host:
+    if host_port is None:
         raise ValueError("probe needs a HOST (or --config FILE --device NAME)")
-    host, _, port = args.host.partition(":")
     points = []
     for i, text in enumerate(args.point):
         address, _, kind = text.partition(":")
@@ -236,7 +240,7 @@ def _s7_target(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeCon
         if kind:
             point["type"] = kind.upper()
         points.append(point)
-    data: dict[str, Any] = {"name": "probe", "host": host, "port": int(port or 102),
+    data: dict[str, Any] = {"name": "probe", "host": host_port.host, "port": host_port.port,
                             "pdu_size": args.pdu_size, "timeout": args.timeout,
                             "points": points}
     if args.tsap:
@@ -247,6 +251,7 @@ def _s7_target(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeCon
 
 
 # -- outpost bacnet -----------------------------------------------------------------------------
+
 
 def _add_bacnet_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bacnet = sub.add_parser("bacnet", help="BACnet/IP tools: discover devices, probe a device")
@@ -301,6 +306,7 @@ def run_bacnet(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeCon
     return answer("bacnet probe", BacnetDeviceConfig, lambda: _bacnet_target(args, load_bridge),
                   lambda config: asyncio.run(tools.probe(config)))
 
+
 def _bacnet_target(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig],
                    ) -> BacnetDeviceConfig:
     """The device to probe: from --config/--device, or made from the arguments."""
@@ -320,6 +326,7 @@ def _bacnet_target(args: argparse.Namespace, load_bridge: Callable[[Path], Bridg
 
 
 # -- outpost enip -------------------------------------------------------------------------------
+
 
 def _add_enip_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     enip = sub.add_parser("enip", help="EtherNet/IP (Logix) tools: probe a controller, list "
@@ -356,6 +363,7 @@ def run_enip(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfi
 
     return answer(f"enip {args.enip_command}", EnipDeviceConfig,
                   lambda: _enip_target(args, load_bridge), talk)
+
 
 def _enip_target(args: argparse.Namespace, load_bridge: Callable[[Path], BridgeConfig],
                  ) -> EnipDeviceConfig:

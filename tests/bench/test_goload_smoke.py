@@ -18,16 +18,7 @@ from typing import Any
 import pytest
 
 from bench import compare, gogen, loadgen
-
-OPTS = loadgen.LoadOptions(
-    warmup=0.3,
-    duration=1.0,
-    latency_duration=1.0,
-    idle_connections=200,
-    idle_settle=0.2,
-    retained=500,
-    cpus=None,  # no pinning in tests
-)
+from tests.bench.test_loadgen_smoke import OPTS  # the same short scenarios
 
 
 @pytest.fixture(scope="module")

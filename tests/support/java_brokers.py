@@ -12,7 +12,6 @@ no build step), which adds the security extension HiveMQ CE needs to let clients
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import signal
 import subprocess
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.mosquitto import free_port, wait_for_port
+from tests.support.mosquitto import free_port, stop_child, wait_for_port
 
 HERE = Path(__file__).resolve().parent / "cloud_brokers"
 KINDS = ("moquette", "hivemq")
@@ -90,15 +89,7 @@ class JavaBroker:
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop the broker (SIGTERM: its own orderly shutdown, which writes its state)."""
         proc, self.process = self.process, None
-        if proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_child(proc, sig, grace=60)  # a JVM writing its stores on a loaded machine
 
     def log_text(self) -> str:
         """What the broker wrote (HiveMQ pads its banner with NUL bytes)."""

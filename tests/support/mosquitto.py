@@ -112,15 +112,21 @@ class Mosquitto:
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop the broker with ``sig`` (SIGKILL simulates a crash)."""
         proc, self.process = self.process, None
-        if proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_child(proc, sig, grace=10)
+
+
+def stop_child(proc: subprocess.Popen[bytes] | None, sig: int, grace: float) -> None:
+    """Send `sig` to a child broker and reap it; killed if it is still there after `grace`
+    seconds. Nothing to do for None (never started, or stopped already)."""
+    if proc is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(sig)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 @contextlib.contextmanager

@@ -266,12 +266,10 @@ def test_memory_stays_bounded_over_100_reconnects() -> None:
     assert last - first <= 1024, f"RSS grew {last - first} KiB over 100 reconnects"
 
 
-def test_values_on_mqtt_through_outpost_run(
-        peer: NodeDevice, broker_factory: Callable[..., BrokerProcess]) -> None:
-    config = f"""
-[bridge]
-diagnostics_interval = 0.5
-
+def ahu_config(peer: NodeDevice, points: str) -> str:
+    """A `[[bridge.bacnet]]` device "ahu": device 2001 behind the test router, with `points`
+    (the rows of its `points` array)."""
+    return f"""
 [[bridge.bacnet]]
 name = "ahu"
 device_id = 2001
@@ -279,12 +277,17 @@ address = "{peer.address}"
 network = 5
 mac = "01"
 local_address = "127.0.0.1:0"
-points = [
-  {{ name = "temperature", object = "analog-input:1" }},
-  {{ name = "door", object = "BI:1" }},
-  {{ name = "setpoint", object = "AV:1", writable = true, priority = 10 }},
-]
+points = [{points}]
 """
+
+
+def test_values_on_mqtt_through_outpost_run(
+        peer: NodeDevice, broker_factory: Callable[..., BrokerProcess]) -> None:
+    config = "[bridge]\ndiagnostics_interval = 0.5\n" + ahu_config(peer, """
+  { name = "temperature", object = "analog-input:1" },
+  { name = "door", object = "BI:1" },
+  { name = "setpoint", object = "AV:1", writable = true, priority = 10 },
+""")
     with Watcher(broker_factory(config)) as mqtt:
         assert mqtt.wait(topic("ahu", "status"), lambda s: s == "online") == "online"
         assert mqtt.wait(topic("ahu", "temperature")) == {
@@ -314,16 +317,9 @@ def test_probe_command(peer: NodeDevice, tmp_path: Path,
     assert lines[-1] == "1 of 2 point(s) answered, 1 failed"
     # a device of the configuration, with its points
     config = tmp_path / "outpost.toml"
-    config.write_text(f"""
-[[bridge.bacnet]]
-name = "ahu"
-device_id = 2001
-address = "{peer.address}"
-network = 5
-mac = "01"
-local_address = "127.0.0.1:0"
-points = [{{ name = "temperature", object = "analog-input:1", unit = "°C" }}]
-""")
+    config.write_text(ahu_config(peer, """
+  { name = "temperature", object = "analog-input:1", unit = "°C" },
+"""))
     assert main(["bacnet", "probe", "--config", str(config), "--device", "ahu"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("temperature") for line in lines), lines
