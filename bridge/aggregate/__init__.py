@@ -1,0 +1,1 @@
+"""Windowed aggregates of points, computed on the gateway (docs/bridge.md, "Aggregates")."""
