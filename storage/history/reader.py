@@ -88,11 +88,16 @@ class HistoryView:
         return merged
 
     def raw_count(self, point: PointInfo, since_ms: int, until_ms: int) -> int:
-        """About how many raw samples lie in the range (whole blocks that overlap it)."""
-        row = self.conn.execute(
-            "SELECT coalesce(sum(n), 0) FROM blocks WHERE point_id = ? AND t1 >= ? AND t0 < ?",
-            (point.id, since_ms, until_ms)).fetchone()
-        return int(row[0]) + sum(len(s.ts) for s in self._frame_series(point))
+        """How many raw samples lie in [since, until) (only the blocks across an edge are
+        decoded)."""
+        inside = self.conn.execute(
+            "SELECT coalesce(sum(n), 0) FROM blocks WHERE point_id = ? AND t0 >= ? AND t1 < ?",
+            (point.id, since_ms, until_ms)).fetchone()[0]
+        edges = [decode_block(kind, data) for kind, data in self.conn.execute(
+            "SELECT kind, data FROM blocks WHERE point_id = ? AND t1 >= ? AND t0 < ? "
+            "AND NOT (t0 >= ? AND t1 < ?)", (point.id, since_ms, until_ms, since_ms, until_ms))]
+        edges += self._frame_series(point)
+        return int(inside) + sum(since_ms <= t < until_ms for s in edges for t in s.ts)
 
     def oldest(self, point: PointInfo, resolution: int) -> int | None:
         """The time of the oldest data kept at `resolution` (0: raw), None when there is none

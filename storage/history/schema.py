@@ -17,6 +17,7 @@ import sqlite3
 from pathlib import Path
 from typing import Final
 
+FILE_NAME: Final = "history.db"  # in the state directory
 SCHEMA_VERSION: Final = 1
 PAGE_SIZE: Final = 4096
 CHECKPOINT_PAGES: Final = 2048  # 8 MiB of WAL between checkpoints: the WAL file is reused
