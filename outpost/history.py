@@ -95,7 +95,7 @@ class HistoryRecorder:
         self._enabled = {}
 
     def status(self) -> dict[str, Any]:
-        """The "history" section of the status page."""
+        """The "point_history" section of `/status`."""
         return {"path": str(self.path), "points": len(self.store.ids),
                 "received": self.received, "stored": self.store.samples_written,
                 "pending": len(self._pending), "dropped": self.dropped,
@@ -190,7 +190,7 @@ def start_history(config: Config, bridge: Bridge, daemon: Daemon,
         return None
     bridge.observers.append(recorder)
     recorder.start()
-    daemon.board.add_provider("history", recorder)
+    daemon.board.add_provider("point_history", recorder)
     daemon.reloader.register("history", lambda new: recorder.reload(new.history),
                              sections=("history",))
     reader = daemon.history = recorder.reader  # the console's ConsoleParts.history_reader

@@ -1,8 +1,8 @@
 """The `[history]` section: which point values are kept on the gateway, how long, how big.
 
 Defaults fit a 16 GB card for a year of 1,000 points at 1 s (docs/history.md has the sums):
-raw samples 3 days, one-minute aggregates 60 days, 15-minute aggregates 400 days, and at most
-`max_mb` of file; a `[[history.points]]` rule changes any of that for the points its glob
+raw samples 7 days, one-minute aggregates 30 days, 15-minute aggregates 400 days, and at most
+`max_mb` (6 GiB) of file; a `[[history.points]]` rule changes any of that for the points its glob
 pattern matches (the first matching rule wins, unset fields keep the section's value).
 """
 
@@ -52,8 +52,8 @@ class HistoryConfig(Section):
     compact_interval: Annotated[float, Field(ge=10, le=3600)] = Field(
         default=600.0, description="seconds between folding the recent samples into per-point "
         "blocks and aggregates (and applying retention)")
-    raw_days: Days = Field(default=3.0, description="keep raw samples this long")
-    minute_days: Days = Field(default=60.0, description="keep 1-minute min/max/mean this long")
+    raw_days: Days = Field(default=7.0, description="keep raw samples this long")
+    minute_days: Days = Field(default=30.0, description="keep 1-minute min/max/mean this long")
     quarter_days: Days = Field(default=400.0, description="keep 15-minute min/max/mean this long")
     max_mb: Annotated[int, Field(ge=1, le=1 << 24)] = Field(
         default=6144, description="the file's live size cap in MiB: over it the oldest raw "
