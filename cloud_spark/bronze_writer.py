@@ -27,6 +27,11 @@ older than ``roll_seconds`` (:meth:`BronzeWriter.due`; the caller seals it), and
 file never spans two partitions). :meth:`BronzeWriter.commit` is seal + finish in one call.
 Newly created directories are fsynced into their parent. Leftover temp files of an earlier
 run of the same lander are removed by :meth:`BronzeWriter.remove_stale_temp_files`.
+
+**Where files go** is a :class:`BronzeSink`: :class:`LocalSink` (the default) does the
+temp-file, fsync, rename and directory-fsync steps above; :mod:`cloud_spark.bronze_s3` PUTs
+each file as one object under the same key (a PUT is atomic: no temp object). The writer
+only names files (relative to the landing root) and gzips them; a sink makes them durable.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from cloud_spark import contract as c
 from cloud_spark.records import partition_dir
@@ -77,11 +82,82 @@ def make_dirs_durable(path: Path) -> None:
         fsync_dir(directory.parent)
 
 
+class BronzeSink(Protocol):
+    """Where committed files go. ``rel`` is a path relative to the landing root, ``/``-separated
+    (``bronze/ingest_date=…/ingest_hour=…/part-….json.gz``, ``quarantine/…``)."""
+
+    def begin(self, rel: str) -> None:
+        """A file at ``rel`` was opened (cheap; on the lander's loop thread)."""
+
+    def store(self, rel: str, data: bytes) -> Path | str:
+        """Make ``data`` durable and visible at ``rel`` (on a worker thread; thread-safe);
+        returns where it is. Raises OSError when it cannot."""
+        ...
+
+    def remove_stale(self, lander: str) -> int:
+        """Remove what a killed earlier run of ``lander`` left half-written; how many."""
+        ...
+
+    def location(self, rel: str) -> str:
+        """Where a file at ``rel`` is or will be, for messages."""
+        ...
+
+    def give_up_after(self, seconds: float) -> None:
+        """Stop retrying failed stores after ``seconds`` (the lander is stopping)."""
+
+
+class LocalSink:
+    """Files in a local or mounted directory: temp file, fsync, rename, directory fsync."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def _paths(self, rel: str) -> tuple[Path, Path]:
+        final = self.root / rel
+        return final.with_name(f".{final.name}.tmp"), final
+
+    def begin(self, rel: str) -> None:
+        temp, final = self._paths(rel)
+        make_dirs_durable(final.parent)
+        temp.touch()  # marks the file as open (and as this run's) until it is renamed
+
+    def store(self, rel: str, data: bytes) -> Path:
+        temp, final = self._paths(rel)
+        make_dirs_durable(final.parent)  # a no-op after begin()
+        with temp.open("wb") as raw:
+            raw.write(data)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.rename(temp, final)
+        fsync_dir(final.parent)
+        return final
+
+    def remove_stale(self, lander: str) -> int:
+        bronze = self.root / c.BRONZE_DIR
+        if not bronze.exists():
+            return 0
+        mine = re.compile(
+            rf"\.part-\d+-{re.escape(lander)}-[0-9a-f]{{8}}-\d+{re.escape(c.BRONZE_SUFFIX)}\.tmp"
+        )
+        removed = 0
+        for path in bronze.glob("*/*/.part-*.tmp"):
+            if mine.fullmatch(path.name):
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
+    def location(self, rel: str) -> str:
+        return str(self.root / rel)
+
+    def give_up_after(self, seconds: float) -> None:
+        """Nothing to do: a local store is never retried (an OSError stops the lander)."""
+
+
 @dataclass
 class Committed(Generic[T]):
     """A bronze file made durable, and the tokens of the records it holds."""
 
-    path: Path
+    path: Path | str  # a local Path, or an s3:// URI
     records: int
     tokens: list[T]
 
@@ -90,12 +166,16 @@ class Committed(Generic[T]):
 class Sealed(Generic[T]):
     """A file that takes no more records, not yet durable: hand it to :func:`finish`."""
 
-    temp_path: Path
-    final_path: Path
+    sink: BronzeSink
+    rel: str  # relative to the landing root
     compresslevel: int
     lines: list[bytes] = field(default_factory=list)
     tokens: list[T] = field(default_factory=list)
     size: int = 0  # bytes of the lines
+
+    @property
+    def location(self) -> str:
+        return self.sink.location(self.rel)
 
 
 @dataclass
@@ -107,13 +187,8 @@ class _OpenFile(Sealed[T]):
 def finish(sealed: Sealed[T]) -> Committed[T]:
     """Make a sealed file durable and visible (see the module docstring); thread-safe."""
     data = gzip.compress(b"".join(sealed.lines), sealed.compresslevel, mtime=0)
-    with sealed.temp_path.open("wb") as raw:
-        raw.write(data)
-        raw.flush()
-        os.fsync(raw.fileno())
-    os.rename(sealed.temp_path, sealed.final_path)
-    fsync_dir(sealed.final_path.parent)
-    return Committed(sealed.final_path, len(sealed.lines), sealed.tokens)
+    where = sealed.sink.store(sealed.rel, data)
+    return Committed(where, len(sealed.lines), sealed.tokens)
 
 
 class BronzeWriter(Generic[T]):
@@ -128,8 +203,9 @@ class BronzeWriter(Generic[T]):
         roll_seconds: float = 5.0,
         compresslevel: int = 6,
         clock: Callable[[], float] = time.monotonic,
+        sink: BronzeSink | None = None,
     ) -> None:
-        self.bronze = Path(root) / c.BRONZE_DIR
+        self.sink: BronzeSink = sink if sink is not None else LocalSink(Path(root))
         self.lander = _safe_name(lander_id)
         self.run = uuid.uuid4().hex[:8]
         self.roll_bytes = roll_bytes
@@ -151,17 +227,7 @@ class BronzeWriter(Generic[T]):
 
     def remove_stale_temp_files(self) -> int:
         """Delete temp files left by a killed earlier run of this lander; return how many."""
-        if not self.bronze.exists():
-            return 0
-        mine = re.compile(
-            rf"\.part-\d+-{re.escape(self.lander)}-[0-9a-f]{{8}}-\d+{re.escape(c.BRONZE_SUFFIX)}\.tmp"
-        )
-        removed = 0
-        for path in self.bronze.glob("*/*/.part-*.tmp"):
-            if mine.fullmatch(path.name):
-                path.unlink(missing_ok=True)
-                removed += 1
-        return removed
+        return self.sink.remove_stale(self.lander)
 
     def append(self, lines: bytes | list[bytes], ingest_ms: int, token: T) -> Sealed[T] | None:
         """Append the encoded records of one message (one, or a batch's rows, which stay in one
@@ -196,7 +262,7 @@ class BronzeWriter(Generic[T]):
         open_file, self._open = self._open, None
         if open_file is None:
             return None
-        return Sealed(open_file.temp_path, open_file.final_path, open_file.compresslevel,
+        return Sealed(open_file.sink, open_file.rel, open_file.compresslevel,
                       open_file.lines, open_file.tokens, open_file.size)  # fmt: skip
 
     def commit(self) -> Committed[T] | None:
@@ -205,13 +271,11 @@ class BronzeWriter(Generic[T]):
         return None if sealed is None else finish(sealed)
 
     def _start(self, partition: str, ingest_ms: int) -> _OpenFile[T]:
-        directory = self.bronze / partition
-        make_dirs_durable(directory)
         self._counter += 1
         name = f"part-{ingest_ms}-{self.lander}-{self.run}-{self._counter:06d}{c.BRONZE_SUFFIX}"
-        temp_path = directory / f".{name}.tmp"
-        temp_path.touch()  # marks the file as open (and as this run's) until it is renamed
+        rel = f"{c.BRONZE_DIR}/{partition}/{name}"
+        self.sink.begin(rel)
         return _OpenFile(
-            temp_path, directory / name, self.compresslevel,
+            self.sink, rel, self.compresslevel,
             hour=ingest_ms // HOUR_MS, opened_at=self.clock(),
         )  # fmt: skip

@@ -57,6 +57,22 @@ def _csv(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def _landing_root(text: str) -> Path | str:
+    """A local directory as a Path; an s3:// URI checked and kept as text."""
+    from cloud_spark.bronze_s3 import is_s3_root, parse_s3_root
+
+    if is_s3_root(text):
+        try:
+            parse_s3_root(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+    if "://" in text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the lander lands to a directory or to s3://BUCKET/PREFIX")
+    return Path(text)
+
+
 def _add_land(sub: Any) -> None:
     p = sub.add_parser(
         "land",
@@ -66,7 +82,20 @@ def _add_land(sub: Any) -> None:
     p.add_argument("--broker", type=_broker, required=True, metavar="HOST:PORT")
     p.add_argument("--topic", action="append", required=True, metavar="FILTER", help="repeatable")
     p.add_argument("--share", metavar="GROUP", help="subscribe as $share/GROUP/FILTER")
-    p.add_argument("--root", type=Path, required=True, help="landing root; bronze/ goes under it")
+    p.add_argument(
+        "--root", type=_landing_root, required=True,
+        help="landing root, a directory or s3://BUCKET/PREFIX; bronze/ goes under it",
+    )  # fmt: skip
+    p.add_argument(
+        "--s3-endpoint", metavar="URL",
+        help="S3-compatible store for an s3:// root, addressed path-style "
+        "(default: AWS_ENDPOINT_URL_S3, else AWS's own)",
+    )  # fmt: skip
+    p.add_argument(
+        "--s3-region", metavar="REGION",
+        help="region that signs S3 requests (default: AWS_REGION or the AWS config, else "
+        "us-east-1 with an endpoint)",
+    )  # fmt: skip
     p.add_argument(
         "--client-id",
         default=f"outpost-lander-{socket.gethostname()}",
@@ -337,8 +366,15 @@ def _land(args: argparse.Namespace) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_insecure=args.tls_insecure,
+        s3_endpoint=args.s3_endpoint,
+        s3_region=args.s3_region,
     )
-    return asyncio.run(run_lander(cfg))
+    from cloud_spark.bronze_s3 import S3SetupError
+
+    try:
+        return asyncio.run(run_lander(cfg))
+    except (S3SetupError, OSError) as exc:  # the bucket, credentials, endpoint; a failed commit
+        raise SystemExit(f"error: {exc}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -44,6 +44,14 @@ How this works:
   arrived before it are committed.
 * SIGTERM / SIGINT: commit everything, ack it, disconnect cleanly (the session stays),
   exit 0. SIGKILL loses nothing either: uncommitted messages were never acked.
+* **Where files go** is the writer's sink (:class:`cloud_spark.bronze_writer.BronzeSink`): a
+  local directory, or with an ``s3://bucket/prefix`` root one object per file
+  (:mod:`cloud_spark.bronze_s3`), "committed" meaning the PUT succeeded. The bucket is
+  checked before connecting (:func:`run_lander`); a failed PUT is retried by the sink until
+  it succeeds, holding that file's acks and every later file's, so the lander stops reading
+  at ``max_held`` until the store is back. When told to stop, the sink retries for
+  :data:`STOP_RETRY_S` more, then gives up: the lander exits non-zero and the messages not
+  stored were never acknowledged.
 * **Leaving a share group for good** (``leave``): instead of landing until stopped, the
   lander resumes its session, subscribes to a topic of its own (:func:`leave_topic`),
   unsubscribes its filters, publishes one marker message to its own topic and lands
@@ -66,7 +74,8 @@ from pathlib import Path
 from typing import Any
 
 from cloud_spark.batch_format import MAX_BODY, BatchError
-from cloud_spark.bronze_writer import BronzeWriter, Committed, Sealed, finish
+from cloud_spark.bronze_s3 import S3Sink, is_s3_root, parse_s3_root
+from cloud_spark.bronze_writer import BronzeSink, BronzeWriter, Committed, LocalSink, Sealed, finish
 from cloud_spark.lander_quarantine import quarantine_message
 from cloud_spark.mqtt_codec import Publish
 from cloud_spark.mqtt_link import Link, LinkError, RefusedError
@@ -83,6 +92,9 @@ STALL_S = 0.05
 #: prefix of the topic a leaving lander sends its marker to (``<prefix>/<client id>``)
 LEAVE_TOPIC_PREFIX = "outpost-lander-leave"
 
+#: seconds a stopping lander keeps retrying files its sink failed to store
+STOP_RETRY_S = 5.0
+
 
 @dataclass(frozen=True)
 class LanderConfig:
@@ -91,7 +103,8 @@ class LanderConfig:
     host: str
     port: int
     topics: tuple[str, ...]
-    root: Path
+    #: a local directory, or an ``s3://bucket/prefix`` URI
+    root: Path | str
     client_id: str
     share: str | None = None
     roll_bytes: int = 8 * 1024 * 1024
@@ -113,6 +126,9 @@ class LanderConfig:
     compresslevel: int = 6
     #: leave the share group for good instead of landing until stopped
     leave: bool = False
+    #: an S3-compatible endpoint for an s3:// root (default: the AWS conventions)
+    s3_endpoint: str | None = None
+    s3_region: str | None = None
 
     def filters(self) -> list[str]:
         """Subscription filters, wrapped in ``$share/<group>/`` when a share group is set."""
@@ -123,6 +139,14 @@ class LanderConfig:
     @property
     def held_limit(self) -> int:
         return self.max_held if self.max_held is not None else 4 * self.receive_maximum
+
+
+def open_sink(cfg: LanderConfig) -> BronzeSink:
+    """The sink of ``cfg.root``: S3 for an ``s3://`` URI, else a local directory."""
+    root = str(cfg.root)
+    if isinstance(cfg.root, str) and is_s3_root(root):
+        return S3Sink(parse_s3_root(root), endpoint=cfg.s3_endpoint, region=cfg.s3_region)
+    return LocalSink(Path(cfg.root))
 
 
 def leave_topic(client_id: str) -> str:
@@ -153,15 +177,18 @@ def _now_ms() -> int:
 class Lander:
     """Owns the bronze writer across connections; :meth:`run` until stopped."""
 
-    def __init__(self, cfg: LanderConfig, clock_ms: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, cfg: LanderConfig, clock_ms: Callable[[], int] = _now_ms,
+                 sink: BronzeSink | None = None) -> None:
         self.cfg = cfg
         self.clock_ms = clock_ms
+        self.sink = sink if sink is not None else open_sink(cfg)
         self.writer: BronzeWriter[Token] = BronzeWriter(
-            cfg.root,
+            Path("."),  # unused: the sink knows the root
             cfg.client_id,
             roll_bytes=cfg.roll_bytes,
             roll_seconds=cfg.roll_seconds,
             compresslevel=cfg.compresslevel,
+            sink=self.sink,
         )
         self.stop = asyncio.Event()
         self.connection = 0
@@ -204,6 +231,7 @@ class Lander:
             log.info("removed %d temp files of an earlier run", stale)
         delay = 0.5
         ticker = asyncio.create_task(self._tick(), name="tick")
+        bound_retries = asyncio.create_task(self._bound_retries_when_stopping())
         try:
             while not self.stop.is_set() and self._failure is None:
                 try:
@@ -217,6 +245,7 @@ class Lander:
                     delay = min(delay * 2, self.cfg.reconnect_max_s)
         finally:
             ticker.cancel()
+            bound_retries.cancel()
             if self._stall_check is not None:
                 self._stall_check.cancel()
             await self._flush()
@@ -229,6 +258,10 @@ class Lander:
             self.most_held_bytes,
         )
         return 0
+
+    async def _bound_retries_when_stopping(self) -> None:
+        await self.stop.wait()
+        self.sink.give_up_after(STOP_RETRY_S)
 
     async def _connection(self) -> None:
         self.connection += 1
@@ -346,7 +379,7 @@ class Lander:
             try:
                 try:
                     path = await asyncio.to_thread(
-                        quarantine_message, self.cfg.root, reason=error.reason,
+                        quarantine_message, self.sink, reason=error.reason,
                         detail=error.detail, remote_topic=message.topic,
                         payload=message.payload,
                         user_properties=list(message.user_properties or ()),
@@ -395,7 +428,7 @@ class Lander:
             try:  # files are finished side by side (fsync waits on the disk, not the CPU)...
                 committed = await asyncio.to_thread(finish, sealed)
             except OSError as exc:
-                log.error("cannot commit %s: %s", sealed.final_path, exc)
+                log.error("cannot commit %s: %s", sealed.location, exc)
                 self._failure = exc
                 self.stop.set()
             if previous is not None:
@@ -461,8 +494,12 @@ class Lander:
 
 
 async def run_lander(cfg: LanderConfig) -> int:
-    """Run a lander until SIGTERM/SIGINT; returns 0 after a clean flush."""
+    """Run a lander until SIGTERM/SIGINT; returns 0 after a clean flush. An S3 root is
+    checked first (:class:`cloud_spark.bronze_s3.S3SetupError` naming what is wrong)."""
     lander = Lander(cfg)
+    if isinstance(lander.sink, S3Sink):
+        await asyncio.to_thread(lander.sink.check)
+        log.info("landing to %s at %s", lander.sink.root.uri(), lander.sink.where())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lander.stop.set)

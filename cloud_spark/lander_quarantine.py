@@ -2,11 +2,11 @@
 
 How this works: the lander hands a message that failed to decode to :func:`quarantine_message`
 with the reason; it is written as one JSON file (the payload in base64) under
-``<root>/quarantine/ingest_date=YYYY-MM-DD/``, next to ``bronze``, made durable the way bronze
-files are (temp file, fsync, rename, directory fsync) before the lander acknowledges the
-message. Nothing reads these files automatically: they are for an operator (docs/cloud.md,
-"Batched uplink messages"), and the rows they hold show as holes in ``quality`` until a good
-copy lands.
+``<root>/quarantine/ingest_date=YYYY-MM-DD/``, next to ``bronze``, made durable by the lander's
+bronze sink the way bronze files are (locally: temp file, fsync, rename, directory fsync; on
+S3: one PUT) before the lander acknowledges the message. Nothing reads these files
+automatically: they are for an operator (docs/cloud.md, "Batched uplink messages"), and the
+rows they hold show as holes in ``quality`` until a good copy lands.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import json
 import os
 from pathlib import Path
 
-from cloud_spark.bronze_writer import fsync_dir, make_dirs_durable
+from cloud_spark.bronze_writer import BronzeSink
 from cloud_spark.records import partition_of
 
 QUARANTINE_DIR = "quarantine"
 
 
 def quarantine_message(
-    root: Path,
+    sink: BronzeSink,
     *,
     reason: str,
     detail: str,
@@ -33,14 +33,12 @@ def quarantine_message(
     ingest_ms: int,
     lander_id: str,
     serial: int,
-) -> Path:
-    """Write one quarantined message durably; returns its path. `serial` makes the name
-    unique within a lander run."""
+) -> Path | str:
+    """Write one quarantined message durably through `sink`; returns where it is. `serial`
+    makes the name unique within a lander run."""
     day, _ = partition_of(ingest_ms)
-    directory = Path(root) / QUARANTINE_DIR / f"ingest_date={day}"
-    make_dirs_durable(directory)
     safe_lander = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in lander_id)
-    path = directory / f"{ingest_ms}-{safe_lander}-{os.getpid()}-{serial:06d}.json"
+    name = f"{ingest_ms}-{safe_lander}-{os.getpid()}-{serial:06d}.json"
     body = {
         "reason": reason,
         "detail": detail,
@@ -50,11 +48,5 @@ def quarantine_message(
         "lander_id": lander_id,
         "payload_base64": base64.b64encode(payload).decode("ascii"),
     }
-    temp = directory / f".{path.name}.tmp"
-    with temp.open("wb") as handle:
-        handle.write(json.dumps(body, ensure_ascii=False).encode("utf-8") + b"\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.rename(temp, path)
-    fsync_dir(directory)
-    return path
+    data = json.dumps(body, ensure_ascii=False).encode("utf-8") + b"\n"
+    return sink.store(f"{QUARANTINE_DIR}/ingest_date={day}/{name}", data)
