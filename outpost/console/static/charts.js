@@ -192,7 +192,7 @@ class PointChart {
       const scale = "y" + units.indexOf(unit);
       scales[scale] = {auto: true};
       const label = one.point + (unit ? ` (${unit})` : "");
-      const table = [one.t, one.value.map(numeric)];
+      const table = [one.t.slice(), one.value.map(numeric)]; // (the live tail appends)
       series.push({label, scale, stroke: colour(index), width: 1.6, spanGaps: false});
       this.columns.set(one.point, column);
       column += 1;
