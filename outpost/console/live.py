@@ -4,7 +4,7 @@ How this works: one in-process link (`$outpost-console`) subscribes to the bridg
 topics, `<prefix>/+/+` (point values and device statuses, docs/message-format.md); retained
 values arrive at once, so a page opened later starts with the latest value of every point.
 Each browser tab watching a device holds a bounded queue; a message for that device is put
-into it as one SSE event (`{"device", "point", "value", "unit", "quality"}` or
+into it as one SSE event (`{"device", "point", "value", "unit", "quality", "ts"}` or
 `{"device", "status"}`). A tab that does not keep up loses the oldest events, never the
 gateway's memory. The SSE handler (outpost/console/pages_devices.py) drains the queue.
 
@@ -99,7 +99,7 @@ class LiveValues:
             if not isinstance(data, dict):
                 return
             event.update(point=leaf, value=data.get("value"), unit=data.get("unit"),
-                         quality=data.get("quality"))
+                         quality=data.get("quality"), ts=data.get("ts"))
         points = self.latest.setdefault(device, {})
         points[leaf] = event
         text = json.dumps(event)
