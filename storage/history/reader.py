@@ -103,8 +103,10 @@ class HistoryView:
         """The time of the oldest data kept at `resolution` (0: raw), None when there is none
         (the frames count as raw and as every aggregate: compaction turns them into both)."""
         if resolution == 0:
-            row = self.conn.execute("SELECT min(t0) FROM blocks WHERE point_id = ?",
-                                    (point.id,)).fetchone()
+            # The block that ends first (found by the index) starts first, give or take a
+            # clock step: the whole list of a point's blocks is not read for this.
+            row = self.conn.execute("SELECT t0 FROM blocks WHERE point_id = ? ORDER BY t1 "
+                                    "LIMIT 1", (point.id,)).fetchone() or (None,)
         else:
             row = self.conn.execute(
                 f"SELECT min(t) FROM {AGGREGATE_TABLES[resolution]} WHERE point_id = ?",
