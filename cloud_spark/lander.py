@@ -69,6 +69,7 @@ import signal
 import ssl
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,13 @@ LEAVE_TOPIC_PREFIX = "outpost-lander-leave"
 #: seconds a stopping lander keeps retrying files its sink failed to store
 STOP_RETRY_S = 5.0
 
+#: On S3 a commit is a PUT of tens of milliseconds, not an fsync of a few: by Little's law
+#: the rate is the messages in flight over that latency, so an S3 lander holds up to this
+#: many times ``receive_maximum`` (``max_held_bytes`` still bounds the memory)...
+S3_HELD_FACTOR = 16
+#: ...and uploads on this many threads (asyncio's default pool has cores + 4)
+S3_UPLOAD_THREADS = 32
+
 
 @dataclass(frozen=True)
 class LanderConfig:
@@ -111,7 +119,8 @@ class LanderConfig:
     roll_seconds: float = 5.0
     receive_maximum: int = 1000
     max_batch_body: int = MAX_BODY
-    #: most messages received and not yet acked; None: four times ``receive_maximum``
+    #: most messages received and not yet acked; None: four times ``receive_maximum``, sixteen
+    #: times on S3 (:data:`S3_HELD_FACTOR`)
     max_held: int | None = None
     max_held_bytes: int = 64 * 1024 * 1024
     session_expiry_s: int = 7 * 24 * 3600
@@ -137,15 +146,21 @@ class LanderConfig:
         return list(self.topics)
 
     @property
+    def on_s3(self) -> bool:
+        return isinstance(self.root, str) and is_s3_root(self.root)
+
+    @property
     def held_limit(self) -> int:
-        return self.max_held if self.max_held is not None else 4 * self.receive_maximum
+        if self.max_held is not None:
+            return self.max_held
+        return (S3_HELD_FACTOR if self.on_s3 else 4) * self.receive_maximum
 
 
 def open_sink(cfg: LanderConfig) -> BronzeSink:
     """The sink of ``cfg.root``: S3 for an ``s3://`` URI, else a local directory."""
-    root = str(cfg.root)
-    if isinstance(cfg.root, str) and is_s3_root(root):
-        return S3Sink(parse_s3_root(root), endpoint=cfg.s3_endpoint, region=cfg.s3_region)
+    if cfg.on_s3:
+        return S3Sink(parse_s3_root(str(cfg.root)), endpoint=cfg.s3_endpoint,
+                      region=cfg.s3_region, max_pool_connections=S3_UPLOAD_THREADS)
     return LocalSink(Path(cfg.root))
 
 
@@ -497,10 +512,11 @@ async def run_lander(cfg: LanderConfig) -> int:
     """Run a lander until SIGTERM/SIGINT; returns 0 after a clean flush. An S3 root is
     checked first (:class:`cloud_spark.bronze_s3.S3SetupError` naming what is wrong)."""
     lander = Lander(cfg)
+    loop = asyncio.get_running_loop()
     if isinstance(lander.sink, S3Sink):
+        loop.set_default_executor(ThreadPoolExecutor(S3_UPLOAD_THREADS, "s3-upload"))
         await asyncio.to_thread(lander.sink.check)
         log.info("landing to %s at %s", lander.sink.root.uri(), lander.sink.where())
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lander.stop.set)
     return await lander.run()
