@@ -86,8 +86,8 @@ def test_the_lander_holds_its_acks_while_s3_is_down_and_lands_everything_after(
         uplink.send_all(list(range(1, 101)))
         wait_landed(s3, bucket, range(1, 101))
 
-        # 1: down for ~10 s (four failed attempts, then a restart), then back: the same lander
-        # lands the rest
+        # 1: down for ~8 s (four failed attempts, then a 3 s restart), then back: the same
+        # lander lands the rest
         s3.stop(signal.SIGKILL)
         uplink.send_all(list(range(101, 401)))
         wait_for(lambda: failed_attempts(lander) >= 1, message="no PUT failed")
