@@ -117,7 +117,7 @@ def test_aggregates_match_the_raw_values_and_survive_kill_9(
             assert agg["covered_ms"] == mine.covered_ms == WIDTH_MS
             assert agg["mean"] == pytest.approx(mine.mean, rel=1e-9)
             assert agg["unit"] == "m3/h"
-            assert 15 <= agg["count"] <= 25  # a 0.1 s poll: ~20 samples in 2 s
+            assert agg["count"] >= 2 and agg["min"] < agg["max"]  # the values moved
         # `instead`: the level's raw values never reach MQTT, its aggregates do
         level = wait_for(lambda: [a for a in aggregates(mqtt, "devices/plc/level/agg/2s")
                                   if not a["partial"]], message="a whole window of level")
