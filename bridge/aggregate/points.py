@@ -92,3 +92,43 @@ def sample_value(payload: bytes) -> tuple[int, float | None] | None:
         return ts_ms, None
     number = float(value)  # a bool counts as 0 / 1: its mean is the share of time it was on
     return ts_ms, number if math.isfinite(number) else None
+
+
+#: what Sparkplug and Home Assistant show of a window, as `<point>_<statistic>_<window>`
+SHOWN_STATISTICS: Final = ("mean", "min", "max")
+
+
+def shown_name(point: str, statistic: str, window: str) -> str:
+    """`power`, `mean`, `1m` -> `power_mean_1m` (a Sparkplug metric, a Home Assistant entity)."""
+    return f"{point}_{statistic}_{window}"
+
+
+def aggregate_as_points(rest: str, payload: bytes) -> list[tuple[str, bytes]]:
+    """A published window as point payloads, for observers that know points only:
+    `<point>/agg/<window>` (the topic below `<prefix>/<device>/`) and its payload ->
+    [(`<point>_mean_<window>`, point payload), ... min, max], `ts` the window's end, quality
+    `uncertain` when the window is partial. [] when `rest` is not an aggregate's topic."""
+    parts = rest.split("/")
+    if len(parts) != 3 or parts[1] != AGG_LEVEL:
+        return []
+    try:
+        data = json.loads(payload)
+        ts_ms, partial, unit = int(data["end"]), bool(data["partial"]), data.get("unit")
+        values = [(name, data[name]) for name in SHOWN_STATISTICS]
+    except (ValueError, KeyError, TypeError):
+        return []
+    quality = "uncertain" if partial else "good"
+    unit_json = "null" if unit is None else json.dumps(unit)
+    return [(shown_name(parts[0], name, parts[2]),
+             f'{{"value":{_number(value if isinstance(value, int | float) else None)},'
+             f'"unit":{unit_json},"ts":{ts_ms},"quality":"{quality}"}}'.encode())
+            for name, value in values]
+
+
+def home_assistant_sensors(bridge: BridgeConfig, device: str
+                           ) -> list[tuple[str, str, str, str | None]]:
+    """The sensors of a device's aggregates: (name, state topic, value template, unit)."""
+    return [(shown_name(p.point, statistic, p.window), p.topic(bridge.prefix),
+             f"{{{{ value_json.{statistic} }}}}", p.unit)
+            for p in aggregated_points(bridge) if p.device == device
+            for statistic in SHOWN_STATISTICS]
