@@ -232,6 +232,10 @@ class AlarmService:
     # -- evaluation ------------------------------------------------------------------------
 
     def _evaluate_all(self) -> None:
+        """Every alarm (the timer, a start, a reload): the timer is set again from scratch."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._evaluate(list(self.alarms.values()), asyncio.get_running_loop().time())
 
     def _evaluate(self, alarms: list[_Alarm], now: float) -> None:
@@ -244,24 +248,27 @@ class AlarmService:
             state, transition = expire(alarm.state, now_ms)
             if transition is not None:
                 self._commit(alarm, state, transition)
-        self._arm(now)
+        self._arm(alarms, now, now_ms)
 
-    def _arm(self, now: float) -> None:
-        """One timer for the earliest time an alarm must be looked at again."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def _arm(self, alarms: list[_Alarm], now: float, now_ms: int) -> None:
+        """One timer, for the earliest time one of `alarms` must be looked at again. It is
+        only ever brought forward here (a value costs the alarms of its point, not all of
+        them); when it fires, `_evaluate_all` sets it again for every alarm."""
         due: list[float] = []
-        wall_ms = self.wallclock() * 1000
-        for alarm in self.alarms.values():
+        for alarm in alarms:
             if alarm.next_check is not None:
                 due.append(alarm.next_check)
             until = alarm.state.shelved_until_ms
             if alarm.state.state is State.SHELVED and until is not None:
-                due.append(now + max(0.0, (until - wall_ms) / 1000))
-        if due and self.link is not None:
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_at(max(min(due), now + 0.01), self._evaluate_all)
+                due.append(now + max(0.0, (until - now_ms) / 1000))
+        if not due or self.link is None:
+            return
+        at = max(min(due), now + 0.01)
+        if self._timer is not None:
+            if self._timer.when() <= at:
+                return
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_at(at, self._evaluate_all)
 
     def _apply(self, alarm: _Alarm, cause: Cause, value: Any, user: str | None = None,
                until_ms: int | None = None) -> Transition | None:

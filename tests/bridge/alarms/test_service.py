@@ -159,3 +159,23 @@ def test_a_transition_not_known_published_is_published_again_and_the_state_resto
         await site.stop()
 
     asyncio.run(main())
+
+
+def test_timers_raise_a_stale_value_and_end_a_shelving(sim: Simulator, tmp_path: Path) -> None:
+    async def main() -> None:
+        config = make_config(sim.port, kind="stale", stale_after=0.3, limit=None, deadband=0)
+        site = Site(config, SqliteJournal(tmp_path))
+        await site.start()
+        await until(site.went("active_unacked"))  # polled, unchanged: stale by the timer
+        sim.set_registers(1, "holding", 0, [1234])
+        await until(site.went("cleared_unacked"))
+        site.watch.publish("alarms/hot/shelve", b'{"seconds": 1.0}', qos=1)
+        await until(site.went("shelved"))
+        # stale again 0.3 s after the change, silently; when the shelving ends, raised
+        await until(lambda: site.events[-1]["cause"] == "unshelve")
+        assert [(e["cause"], e["to"]) for e in site.events] == [
+            ("raise", "active_unacked"), ("clear", "cleared_unacked"), ("shelve", "shelved"),
+            ("unshelve", "active_unacked")]
+        await site.stop()
+
+    asyncio.run(main())
