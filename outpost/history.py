@@ -159,6 +159,8 @@ class HistoryRecorder:
         if not topic.startswith(self.prefix):
             return None
         name = topic[len(self.prefix):]
+        if name.count("/") != 1:  # `<device>/<point>` only: not a point's `/agg/<window>`
+            return None
         enabled = self._enabled.get(name)
         if enabled is None:
             enabled = self._enabled[name] = self.config.retention(name).enabled
