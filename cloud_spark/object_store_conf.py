@@ -112,6 +112,18 @@ def s3a_packages(spark_home: str | None = None) -> tuple[str, ...]:
     return (f"{HADOOP_AWS}:{hadoop_version(spark_home)}",)
 
 
+def fetch_s3a_packages() -> None:
+    """Fill the Ivy cache with :func:`s3a_packages` (``make s3a-packages``) unless it holds
+    them: one local session started and stopped, so that tests on S3 do not race each other
+    to download the SDK bundle into the same cache."""
+    from cloud_spark.spark import get_spark, ivy_dir  # noqa: PLC0415  (PySpark, late)
+
+    group, artifact, version = s3a_packages()[0].split(":")
+    if not (ivy_dir() / "jars" / f"{group}_{artifact}-{version}.jar").exists():
+        conf = {"spark.ui.enabled": "false", "spark.jars.packages": ",".join(s3a_packages())}
+        get_spark("outpost-fetch-s3a-packages", "local[1]", conf).stop()
+
+
 def endpoint_from_env(env: Mapping[str, str] | None = None) -> str | None:
     """The S3 endpoint the AWS SDKs take from the environment (service-specific first)."""
     env = os.environ if env is None else env
