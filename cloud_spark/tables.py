@@ -1,17 +1,23 @@
 """Where the tables live and how they are read and written (the E and L of every job).
 
 How this works: bronze lives under ``<root>/bronze`` (written by the lander); every table a
-job writes lives under ``<out>/<relative path>`` as Parquet, described once in :data:`TABLES`
-(path, schema, partition columns). :func:`write_table` projects a frame onto the table
-schema (:func:`conform`) and writes it with *dynamic partition overwrite*: a re-run replaces
-exactly the partitions it produces and leaves the others alone, so running a job twice gives
-the same table. Tables without partition columns are small summaries and are replaced whole,
-and so are the event tables marked ``replace_whole`` (see :class:`Table`). Paths are plain
-strings joined with ``/``, so ``s3a://`` or ``abfss://`` roots work like local directories.
+job writes is a Delta Lake table under ``<out>/<relative path>``, described once in
+:data:`TABLES` (path, schema, partition columns). :func:`write_table` projects a frame onto
+the table schema (:func:`conform`) and writes it as one Delta commit with *dynamic partition
+overwrite*: a re-run replaces exactly the partitions it produces and leaves the others
+alone, so running a job twice gives the same table, and a run that dies leaves the table as
+it was (a commit is atomic). Tables without partition columns are small summaries and are
+replaced whole, and so are the event tables marked ``replace_whole`` (see :class:`Table`).
+``silver`` merges into its tables instead (:func:`merge_sql`, Delta ``MERGE``). Reads go
+through the Delta log (:func:`read_table`): a table is whatever its latest commit says, so a
+reader never sees half a write. Paths are plain strings joined with ``/``, so ``s3a://`` or
+``abfss://`` roots work like local directories.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +100,7 @@ def read_bronze(spark: SparkSession, root: str, files: list[str] | None = None) 
     ``files`` are paths relative to ``<root>/bronze``; the partition columns still come from
     their directories (``basePath``). A file that vanished since it was listed is skipped and
     a truncated gzip file yields the lines before the break (``ignoreMissingFiles``,
-    ``ignoreCorruptFiles``): :mod:`cloud_spark.bronze_files` records both with a reason.
+    ``ignoreCorruptFiles``): :mod:`cloud_spark.jobs.manifest` records both with a reason.
     """
     path = join_path(root, c.BRONZE_DIR)
     if files is not None and not files:
@@ -126,49 +132,90 @@ def hadoop_fs(spark: SparkSession, path: str) -> tuple[Any, Any]:
     return jpath.getFileSystem(jsc.hadoopConfiguration()), jpath
 
 
-def read_parquet(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
-    """Parquet files under ``path`` read with ``schema``; an empty frame if there are none."""
-    fs, jpath = hadoop_fs(spark, path)
-    if not fs.exists(jpath):  # Spark would log a stack trace for it before raising
+def is_delta(spark: SparkSession, path: str) -> bool:
+    """True when ``path`` holds a Delta table (its ``_delta_log`` exists)."""
+    fs, jpath = hadoop_fs(spark, join_path(path, "_delta_log"))
+    return bool(fs.exists(jpath))
+
+
+def read_delta(spark: SparkSession, path: str, schema: StructType) -> DataFrame:
+    """The Delta table at ``path`` projected onto ``schema``; empty if there is no table.
+
+    A column of ``schema`` that the table does not have yet (written by an earlier version)
+    reads as null, so a table gains a column without a rebuild.
+    """
+    if not is_delta(spark, path):
         return empty(spark, schema)
-    try:
-        return spark.read.schema(schema).parquet(path)
-    except AnalysisException as exc:
-        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
-            return empty(spark, schema)
-        raise
+    frame = spark.read.format("delta").load(path)
+    have = set(frame.columns)
+    return frame.select(
+        [
+            (F.col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in schema.fields
+        ]
+    )
 
 
 def read_table(spark: SparkSession, out: str, name: str) -> DataFrame:
     """A table written by a job, or an empty frame with its schema when it does not exist."""
-    return read_parquet(spark, table_path(out, name), TABLES[name].schema)
+    return read_delta(spark, table_path(out, name), TABLES[name].schema)
 
 
 def held_in_driver(spark: SparkSession, frame: DataFrame) -> DataFrame:
     """``frame`` collected and made a frame again: a job that rewrites a table from rows it
-    read from that table (Spark refuses to overwrite a path it reads). Only for small
-    tables: event tables (outages, flags), not samples."""
+    read from that table. (A Delta read is a snapshot, so overwriting the table is safe
+    anyway; this keeps the plan from reading the table once more at write time.) Only for
+    small tables: event tables (outages, flags), not samples."""
     return spark.createDataFrame(frame.collect(), frame.schema)
 
 
 def _writer(df: DataFrame, name: str, mode: str) -> DataFrameWriter:
     table = TABLES[name]
-    writer = conform(df, table.schema).write.mode(mode).option("compression", "snappy")
+    # mergeSchema: a table written by an earlier version gains the columns added since
+    writer = conform(df, table.schema).write.format("delta").mode(mode)
+    writer = writer.option("mergeSchema", "true")
     if table.partition_by:
         writer = writer.partitionBy(*table.partition_by)
     return writer
 
 
 def write_table(df: DataFrame, out: str, name: str, *, replace_whole: bool = False) -> None:
-    """Write with dynamic partition overwrite (whole-table overwrite if unpartitioned).
+    """One Delta commit replacing the partitions ``df`` has rows in (dynamic partition
+    overwrite); the whole table if it is unpartitioned.
 
     ``replace_whole`` replaces every partition (a full rebuild), as for the event tables.
     """
-    overwrite = "static" if TABLES[name].replace_whole or replace_whole else "dynamic"
-    writer = _writer(df, name, "overwrite").option("partitionOverwriteMode", overwrite)
-    writer.parquet(table_path(out, name))
+    whole = TABLES[name].replace_whole or replace_whole or not TABLES[name].partition_by
+    writer = _writer(df, name, "overwrite")
+    if not whole:
+        writer = writer.option("partitionOverwriteMode", "dynamic")
+    writer.save(table_path(out, name))
 
 
 def append_table(df: DataFrame, out: str, name: str) -> None:
-    """Add rows as new files in their partitions; nothing already written is touched."""
-    _writer(df, name, "append").parquet(table_path(out, name))
+    """Add rows as one Delta commit; nothing already written is touched."""
+    _writer(df, name, "append").save(table_path(out, name))
+
+
+def sql_name(path: str) -> str:
+    """The Spark SQL name of the Delta table at ``path`` (``delta.`path```)."""
+    if "`" in path:
+        raise ValueError(f"a table path may not contain a backquote: {path!r}")
+    return f"delta.`{path}`"
+
+
+@contextmanager
+def idempotent(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
+    """Delta writes (also ``MERGE``) inside are committed once per ``(app_id, version)``.
+
+    Delta records the pair in the commit; a write with a pair the table has already seen
+    is skipped. A job that dies and is redone with the same pair writes each table once.
+    """
+    keys = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
+    spark.conf.set(keys[0], app_id)
+    spark.conf.set(keys[1], str(version))
+    try:
+        yield
+    finally:
+        for key in keys:
+            spark.conf.unset(key)

@@ -6,13 +6,15 @@
 
 For each history size: ``--history`` tiny bronze files (one record each), ``--files-per-day``
 in each ingest date (history grows by days, as it does), recorded in silver's manifest as
-processed (written through :func:`cloud_spark.bronze_files.commit`, as earlier runs would
-have), then ``--new-rows`` point records in ``--new-files`` files landed the day after, and
-one incremental ``silver`` run over them, timed. Also timed: the listing and the manifest
-read that run does (pruned by ingest date) and, with ``--unpruned``, what an unpruned run
-would do on the same tree (the whole tree, the whole manifest). Prints one JSON line per
-history size and the ratio of the run times (the goal: within 10 %). One Spark session for
-every size; the first size runs once more first, to warm the JVM.
+processed (claimed and committed through :mod:`cloud_spark.jobs.manifest`, as earlier runs
+would have, in one Delta commit), then ``--new-rows`` point records in ``--new-files`` files
+landed the day after, and one incremental ``silver`` run over them, timed; then one more run
+with nothing new to do (``nothing_new_run_s``: the fixed cost alone), timed. Also timed: the
+listing and the manifest read that run does (pruned by ingest date) and, with
+``--unpruned``, what an unpruned run would do on the same tree (the whole tree, the whole
+manifest). Prints one JSON line per history size and the ratios of the run times (the goal:
+within 10 %). One Spark session for every size; the first size runs once more first, to
+warm the JVM.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from cloud_spark import bronze_files as bf
+from cloud_spark.jobs import manifest as mf
 from cloud_spark.jobs import silver
 from cloud_spark.records import encode_record, partition_dir
 from cloud_spark.spark import get_spark
@@ -91,16 +94,18 @@ def measure(
     root, out = work / "landing", work / "tables"
     days, write_s = _timed(lambda: write_history(root, history, args.files_per_day))
     files = bf.list_bronze(spark, str(root))
-    bf.commit(spark, str(out), bf.new_run_id(), files, {}, [], full=False)
+    run_id = mf.new_run_id()
+    mf.claim(spark, str(out), run_id, files, full=False)
+    mf.commit(spark, str(out), run_id, {}, [])
     write_new(root, args.new_rows, args.new_files, days)
 
-    since = bf.listing_cutoff(bf.manifest_dates(spark, str(out)), 1)
+    since = bf.listing_cutoff(mf.manifest_dates(spark, str(out)), 1)
     pruned_list, pruned_list_s = _timed(lambda: bf.list_bronze(spark, str(root), since))
-    _, pruned_read_s = _timed(lambda: bf.processed(spark, str(out), since))
+    _, pruned_read_s = _timed(lambda: mf.processed(spark, str(out), since))
     figures: dict[str, Any] = {}
     if args.unpruned:
         full_list, full_list_s = _timed(lambda: bf.list_bronze(spark, str(root)))
-        _, full_read_s = _timed(lambda: bf.processed(spark, str(out)))
+        _, full_read_s = _timed(lambda: mf.processed(spark, str(out)))
         figures = {
             "unpruned_listed_files": len(full_list),
             "unpruned_listing_s": round(full_list_s, 3),
@@ -109,11 +114,14 @@ def measure(
     load = os.getloadavg()[0]
     result, run_s = _timed(lambda: silver.run(spark, str(root), str(out), silver.SilverParams()))
     assert result["rows"] == args.new_rows and result["mode"] == "incremental", result
+    idle, idle_s = _timed(lambda: silver.run(spark, str(root), str(out), silver.SilverParams()))
+    assert idle["files"] == 0, idle
     return {
         "history_files": history,
         "history_days": days,
         "new_rows": args.new_rows,
         "silver_run_s": round(run_s, 2),
+        "nothing_new_run_s": round(idle_s, 3),
         "listed_files": len(pruned_list),
         "listing_s": round(pruned_list_s, 3),
         "manifest_read_s": round(pruned_read_s, 3),
@@ -145,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     for result in results:
         print(json.dumps(result), flush=True)
     ratio = results[-1]["silver_run_s"] / results[0]["silver_run_s"]
-    print(json.dumps({"run_time_ratio_largest_to_smallest": round(ratio, 3)}), flush=True)
+    idle = results[-1]["nothing_new_run_s"] / results[0]["nothing_new_run_s"]
+    print(json.dumps({"run_time_ratio_largest_to_smallest": round(ratio, 3),
+                      "nothing_new_ratio_largest_to_smallest": round(idle, 3)}), flush=True)
     return 0
 
 

@@ -1,7 +1,8 @@
 """The baseline for ``silver``: the plain job a data engineer writes first on the same bronze.
 
 Explicit bronze schema, ``from_json`` of the payload with an explicit point struct,
-``dropDuplicates`` on the message id, Parquet partitioned by event date. No quarantine, no
+``dropDuplicates`` on the message id, a Delta table partitioned by event date (the table
+format ``silver`` writes; ``fmt="parquet"`` for plain Parquet files). No quarantine, no
 type validation beyond what ``from_json`` does, no ledger, no other kinds: what ``silver``
 is compared against (``run_bench.py`` prints the ratio).
 """
@@ -25,8 +26,8 @@ POINT = StructType(
 )
 
 
-def run(spark: SparkSession, root: str, out: str) -> int:
-    """Bronze → deduplicated points Parquet; returns the rows written."""
+def run(spark: SparkSession, root: str, out: str, fmt: str = "delta") -> int:
+    """Bronze → deduplicated points (``fmt``: ``delta`` or ``parquet``); returns the rows."""
     bronze = spark.read.schema(schemas.BRONZE).json(join_path(root, "bronze"))
     points = (
         bronze.withColumn("p", F.from_json("payload", POINT))
@@ -34,5 +35,5 @@ def run(spark: SparkSession, root: str, out: str) -> int:
         .dropDuplicates(["gateway", "epoch", "seq"])
         .withColumn("event_date", F.to_date(F.timestamp_millis("ts")))
     )
-    points.write.mode("overwrite").partitionBy("event_date").parquet(out)
-    return spark.read.parquet(out).count()
+    points.write.format(fmt).mode("overwrite").partitionBy("event_date").save(out)
+    return spark.read.format(fmt).load(out).count()

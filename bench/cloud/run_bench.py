@@ -187,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         "--new-rows", type=int, default=100_000, help="landed after the first silver run"
     )
     parser.add_argument(
+        "--plain-format", choices=("delta", "parquet"), default="delta",
+        help="the plain job's output: a Delta table like silver's, or Parquet files",
+    )  # fmt: skip
+    parser.add_argument(
         "--steps", type=_steps, default=STEPS,
         help="comma-separated subset of plain,silver,rollups,incremental (default: all)",
     )  # fmt: skip
@@ -219,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         "driver_memory": spark.sparkContext.getConf().get("spark.driver.memory", "1g"),
         "jvm_options": [opt for pid in jvms for opt in jvm_options(pid)],
         "shuffle_partitions": args.shuffle_partitions,
+        "plain_format": args.plain_format,
         "extra_conf": args.conf,
         "steps": [step for step in STEPS if step in steps],
         "generate_s": gen_s,
@@ -230,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     inputs = {"silver": manifest["rows"], "rollups": manifest["points"]}
     if "plain" in steps:
         started = time.monotonic()
-        plain_rows = plain_job.run(spark, str(root), str(args.work / "plain"))
+        plain_out = str(args.work / f"plain-{args.plain_format}")
+        plain_rows = plain_job.run(spark, str(root), plain_out, args.plain_format)
         figures["plain"] = _timed(started, manifest["rows"], {"rows": plain_rows})
         peaks["plain"] = _step_peak(jvms, cpu, "plain")
     for job in ("silver", "rollups"):

@@ -51,9 +51,9 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F  # noqa: N812
 
-from cloud_spark import bronze_files as bf
 from cloud_spark import contract as c
 from cloud_spark import tables
+from cloud_spark.jobs import manifest as mf
 from cloud_spark.jobs.silver import date_of_ms
 
 DAY_MS = 86_400_000
@@ -533,14 +533,14 @@ def run(spark: SparkSession, root: str, out: str, params: AvailabilityParams) ->
     """
     del root
     key = repr(replace(params, full=False))
-    touched = None if params.full else bf.touched_since(spark, out, "availability", key)
+    touched = None if params.full else mf.touched_since(spark, out, "availability", key)
     status = tables.read_table(spark, out, "status")
     points = tables.read_table(spark, out, "points")
     uplink = tables.read_table(spark, out, "uplink_diagnostics")
     messages = tables.read_table(spark, out, "messages")
     since: date | None = None
     if touched is not None and not touched:  # nothing new since the last run
-        bf.mark_consumed(spark, out, "availability", key, full=False)
+        mf.mark_consumed(spark, out, "availability", key, full=False)
         return {**_counts(spark, out), "recomputed_days": 0}
     if touched is not None:
         existing = {name: tables.read_table(spark, out, name) for name in EVENT_TABLES}
@@ -593,7 +593,7 @@ def run(spark: SparkSession, root: str, out: str, params: AvailabilityParams) ->
         gw.unpersist()
     finally:
         points.unpersist()
-    bf.mark_consumed(spark, out, "availability", key, full=since is None)
+    mf.mark_consumed(spark, out, "availability", key, full=since is None)
     recomputed: Any = "all" if since is None else (max(touched or [since]) - since).days + 1
     return {**_counts(spark, out), "recomputed_days": recomputed}
 

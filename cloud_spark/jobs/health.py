@@ -33,8 +33,8 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.window import WindowSpec
 
-from cloud_spark import bronze_files as bf
 from cloud_spark import tables
+from cloud_spark.jobs import manifest as mf
 from cloud_spark.jobs.lookback import DAY_MS, ORDER, dates_of, in_days, latest_before
 from cloud_spark.jobs.silver import date_of_ms
 
@@ -209,7 +209,7 @@ def run(spark: SparkSession, root: str, out: str, params: HealthParams) -> dict[
     """
     del root
     key = repr(replace(params, full=False))
-    touched = None if params.full else bf.touched_since(spark, out, "health", key)
+    touched = None if params.full else mf.touched_since(spark, out, "health", key)
     if DAY_MS % params.window_ms:  # a window would straddle midnight
         touched = None
     recomputed: Any = "all"
@@ -232,7 +232,7 @@ def run(spark: SparkSession, root: str, out: str, params: HealthParams) -> dict[
         recomputed = len(set(device_days) | set(link_days))
     else:  # nothing new since the last run
         recomputed = 0
-    bf.mark_consumed(spark, out, "health", key, full=touched is None)
+    mf.mark_consumed(spark, out, "health", key, full=touched is None)
     dropped = tables.read_table(spark, out, "link_health").agg(F.sum("dropped")).first()
     return {
         "device_windows": tables.read_table(spark, out, "device_health").count(),

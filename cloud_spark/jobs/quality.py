@@ -40,9 +40,9 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
-from cloud_spark import bronze_files as bf
 from cloud_spark import contract as c
 from cloud_spark import tables
+from cloud_spark.jobs import manifest as mf
 from cloud_spark.jobs.lookback import ORDER, in_days, latest_before
 from cloud_spark.jobs.silver import date_of_ms
 
@@ -346,9 +346,9 @@ def run(spark: SparkSession, root: str, out: str, params: QualityParams) -> dict
     """
     del root
     key = repr(replace(params, full=False))
-    touched = None if params.full else bf.touched_since(spark, out, "quality", key)
+    touched = None if params.full else mf.touched_since(spark, out, "quality", key)
     if touched is not None and not touched:  # nothing new since the last run
-        bf.mark_consumed(spark, out, "quality", key, full=False)
+        mf.mark_consumed(spark, out, "quality", key, full=False)
         return {**_counts(spark, out), "recomputed_days": 0}
     messages = tables.read_table(spark, out, "messages")
     points = tables.read_table(spark, out, "points")
@@ -370,7 +370,7 @@ def run(spark: SparkSession, root: str, out: str, params: QualityParams) -> dict
     all_ranges = tables.read_table(spark, out, "seq_ranges")
     tables.write_table(summary_from_ranges(all_ranges), out, "seq_summary")
     tables.write_table(gaps_from_ranges(all_ranges), out, "seq_gaps")
-    bf.mark_consumed(spark, out, "quality", key, full=touched is None)
+    mf.mark_consumed(spark, out, "quality", key, full=touched is None)
     return {**_counts(spark, out), "recomputed_days": "all" if touched is None else len(touched)}
 
 

@@ -6,7 +6,7 @@ reason. Nothing is taken from job logs: the report is recomputed from the tables
 describes what is actually stored. ``bronze_rows`` is rebuilt from the ledger's ``copies``
 plus the quarantined rows without an id, so ``bronze_rows - duplicates_removed`` is the
 number of distinct messages landed. Bronze files that silver skipped or read only in part
-come from its manifest (:mod:`cloud_spark.bronze_files`). Tables not produced yet count as
+come from its manifest (:mod:`cloud_spark.jobs.manifest`). Tables not produced yet count as
 empty.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
-from cloud_spark import bronze_files as bf
 from cloud_spark import tables
+from cloud_spark.jobs import manifest as mf
 from cloud_spark.jobs.fleet import fleet_rows
 
 INPUTS = (
@@ -172,7 +172,7 @@ def run(spark: SparkSession, root: str, out: str, params: ReportParams) -> dict[
     row = summarize(frames).first()
     summary: dict[str, Any] = row.asDict() if row is not None else {}
     reasons = {r["reason"]: r["rows"] for r in quarantine_reasons(frames["quarantine"]).collect()}
-    skipped = bf.skipped_counts(spark, out)
+    skipped = mf.skipped_counts(spark, out)
     fleet = fleet_rows(spark, out)
     report = {**summary, "quarantine_reasons": reasons, "bronze_files_skipped": skipped,
               "fleet": fleet}

@@ -36,8 +36,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F  # noqa: N812
 
-from cloud_spark import bronze_files as bf
 from cloud_spark import tables
+from cloud_spark.jobs import manifest as mf
 from cloud_spark.jobs.silver import date_of_ms
 
 SERIES = ["gateway", "device", "point"]
@@ -213,7 +213,7 @@ def run(spark: SparkSession, root: str, out: str, params: RollupParams) -> dict[
     """
     del root  # rollups read silver only
     key = repr(replace(params, full=False))
-    touched = None if params.full else bf.touched_since(spark, out, "rollups", key)
+    touched = None if params.full else mf.touched_since(spark, out, "rollups", key)
     longest = max(_grains(params).values())
     if longest > DAY_MS or params.max_hold_ms > DAY_MS:
         touched = None
@@ -236,7 +236,7 @@ def run(spark: SparkSession, root: str, out: str, params: RollupParams) -> dict[
         finally:
             partials.unpersist()
             points.unpersist()
-    bf.mark_consumed(spark, out, "rollups", key, full=touched is None)
+    mf.mark_consumed(spark, out, "rollups", key, full=touched is None)
     written = tables.read_table(spark, out, "rollups").groupBy("grain").count().collect()
     counts: dict[str, Any] = {row["grain"]: row["count"] for row in written}
     counts["recomputed_days"] = "all" if touched is None else len(write)

@@ -41,6 +41,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from cloud_spark import bronze_files as bf
 from cloud_spark import contract as c
 from cloud_spark import tables
+from cloud_spark.jobs import manifest as mf
 from cloud_spark.jobs import silver_merge as sm
 from cloud_spark.jobs import silver_parse as sp
 
@@ -295,38 +296,21 @@ def _truncated(root: str, rels: list[str]) -> dict[str, str]:
     return reasons
 
 
-def _partitions(frame: DataFrame, column: str) -> list[Any]:
-    return [row[0] for row in frame.select(column).distinct().collect() if row[0] is not None]
-
-
-def _partitions_and_seen(
-    frames: dict[str, DataFrame], seen: DataFrame
-) -> dict[str, tuple[set[Any], set[Any]]]:
-    """Per table: the partitions its new rows fall in, and those holding a row of an id in
-    `seen` (the partitions to merge). One job for all six tables: in a small incremental run
-    the per-table look-ups, not the rows, were what the run spent its time on."""
+def _partition_dates(frames: dict[str, DataFrame]) -> dict[str, set[Any]]:
+    """Per table: the partitions its new rows fall in. One job for all six tables: in a
+    small incremental run the per-table look-ups, not the rows, were what the run spent
+    its time on."""
     union = reduce(
         DataFrame.unionByName,
         [
-            frame.select(
-                F.lit(name).alias("_table"), F.col(_partition_column(name)).alias("_date"), *ID
-            )
+            frame.select(F.lit(name).alias("_table"), F.col(_partition_column(name)).alias("_date"))
             for name, frame in frames.items()
         ],
     )
-    marked = union.join(seen.withColumn("_seen", F.lit(True)), ID, "left")
-    rows = (
-        marked.where(F.col("_date").isNotNull())
-        .groupBy("_table", "_date")
-        .agg(F.max(F.col("_seen").isNotNull()).alias("seen"))
-        .collect()
-    )
-    found: dict[str, tuple[set[Any], set[Any]]] = {name: (set(), set()) for name in frames}
+    rows = union.where(F.col("_date").isNotNull()).distinct().collect()
+    found: dict[str, set[Any]] = {name: set() for name in frames}
     for row in rows:
-        dates, dates_seen = found[row["_table"]]
-        dates.add(row["_date"])
-        if row["seen"]:
-            dates_seen.add(row["_date"])
+        found[row["_table"]].add(row["_date"])
     return found
 
 
@@ -334,62 +318,67 @@ def _partition_column(name: str) -> str:
     return tables.TABLES[name].partition_by[0]
 
 
-def _load_incremental(
-    spark: SparkSession, out: str, frames: dict[str, DataFrame], *, redo: bool
-) -> list[Any]:
-    """Add the new rows to silver; returns the event dates touched.
+def merge_order(names: list[str]) -> list[str]:
+    """The order of an incremental run's merges: the ledger last, so that until it is
+    merged every other table's merge is decided against the ledger as it was before the run."""
+    return [name for name in names if name != "messages"] + ["messages"]
 
-    Rows of ids that silver does not hold yet are appended as new files. Only partitions
-    that hold a row of an id already in silver (a copy landed in an earlier run) are read,
-    merged (:func:`~cloud_spark.jobs.silver_merge.merge`) and overwritten. After an
-    interrupted run (``redo``) every touched partition is merged, since the dead run may
-    have written some of these rows already.
+
+def _load_incremental(
+    spark: SparkSession, out: str, frames: dict[str, DataFrame], run_id: str
+) -> list[Any]:
+    """Merge the new rows into silver, one Delta ``MERGE`` per table; returns the event
+    dates touched.
+
+    Each merge is committed once per ``(run_id, table)`` (:func:`cloud_spark.tables.idempotent`):
+    redoing a run that died after some of its merges skips those. The ledger is merged
+    last, so :func:`~cloud_spark.jobs.silver_merge.resolve` (old ledger against new)
+    still sees the ledger without this run's rows whenever a table is left to merge.
     """
     new_ledger = frames["messages"]
-    ledger_dates = _partitions(new_ledger, "event_date")
+    dates = _partition_dates(frames)
     old_ledger = tables.read_table(spark, out, "messages").where(
-        F.col("event_date").isin(ledger_dates)
+        F.col("event_date").isin(sorted(dates["messages"]))
     )
     resolution = sm.resolve(old_ledger, new_ledger).persist(CACHE_LEVEL)
-    resolution.count()  # materialized now: the ledger it reads is rewritten below
-    touched: set[Any] = set()
+    resolution.count()  # materialized now: the ledger it reads is merged below
     try:
-        partitions = _partitions_and_seen(frames, F.broadcast(resolution.select(*ID)))
-        for name, frame in frames.items():
-            column = _partition_column(name)
-            dates, dates_seen = partitions[name]
-            if name != "quarantine":
-                touched |= dates
-            if not redo:
-                dates = set(dates_seen)
-            if name == "quarantine":
-                dates |= set(_partitions(resolution, "_old_quarantine_date"))
-            in_merge = F.col(column).isin(list(dates))
-            new = tables.conform(frame, tables.TABLES[name].schema)
-            if dates:
-                existing = tables.read_table(spark, out, name).where(in_merge)
-                merged = sm.merge(existing, new.where(in_merge), resolution)
-                tables.write_table(merged, out, name)
-            tables.append_table(new.where(~in_merge), out, name)
+        for name in merge_order(list(frames)):
+            # quarantine is partitioned by ingest date, which copies of one id need not share
+            if not dates[name]:
+                continue
+            prune = () if name == "quarantine" else tuple(sorted(dates[name]))
+            with tables.idempotent(spark, f"silver-{run_id}", 0):
+                sm.merge_into(spark, out, name, frames[name], resolution, prune)
     finally:
         resolution.unpersist()
-    return sorted(touched)
+    return sorted(set().union(*(d for n, d in dates.items() if n != "quarantine")))
 
 
 def run(spark: SparkSession, root: str, out: str, params: SilverParams) -> dict[str, Any]:
     """Process the bronze files not processed yet (all of them with ``params.full``).
 
-    Extract the new files, transform, then load: a full run replaces every silver table,
-    an incremental run merges into the partitions the new rows touch. The manifest of
-    processed files is committed last (see :mod:`cloud_spark.bronze_files`). Returns the
-    counts of this run's rows.
+    First finishes any run that claimed files and did not commit (:mod:`.manifest`); then
+    extracts the new files, transforms, and loads: a full run replaces every silver table,
+    an incremental run merges into them. Returns the counts of this run's rows.
     """
     since = (
         None
         if params.full
-        else bf.listing_cutoff(bf.manifest_dates(spark, out), params.relist_days)
+        else bf.listing_cutoff(mf.manifest_dates(spark, out), params.relist_days)
     )
     return process(spark, root, out, params, bf.list_bronze(spark, root, since))
+
+
+def finish_pending(spark: SparkSession, root: str, out: str, params: SilverParams) -> int:
+    """Redo the runs that claimed files and never committed (killed, or still going: every
+    table write of a run is idempotent on its id, so a table is never merged twice);
+    returns how many."""
+    pending = mf.pending_runs(spark, out)
+    for run in pending:
+        files = mf.claimed_files(spark, out, run["run_id"])
+        _execute(spark, root, out, params, files, run["run_id"], full=run["full"] == "true")
+    return len(pending)
 
 
 def _transform_and_load(
@@ -412,9 +401,7 @@ def _transform_and_load(
                 tables.write_table(frame, out, name, replace_whole=True)
             touched = []
         else:
-            redo = bf.interrupted(spark, out)
-            bf.mark_pending(spark, out, run_id)
-            touched = _load_incremental(spark, out, frames, redo=redo)
+            touched = _load_incremental(spark, out, frames, run_id)
         late_point = (F.col("kind") == sp.KIND_POINT) & is_late(params.late_after_ms)
         counts = (
             parsed.groupBy(F.col("reason").isNull().alias("ok"), "kind")
@@ -443,26 +430,60 @@ def process(
     listed: list[bf.BronzeFile],
 ) -> dict[str, Any]:
     """:func:`run` on a given listing (files may have vanished since it was taken)."""
-    dates = bf.manifest_dates(spark, out)
+    finish_pending(spark, root, out, params)
+    dates = mf.manifest_dates(spark, out)
     full = params.full or not dates
     since = None if full else bf.listing_cutoff(dates, params.relist_days)
-    if since is not None:  # older dates were processed (see cloud_spark.bronze_files)
+    if since is not None:  # older dates were processed (see cloud_spark.jobs.manifest)
         listed = [f for f in listed if _listed_since(f.rel, since)]
-    done = set() if full else bf.processed(spark, out, since)
+    done = set() if full else mf.processed(spark, out, since)
     todo = listed if full else [f for f in listed if f.rel not in done]
+    if not todo and not full:  # nothing new: no run to record
+        return _result([], {}, [], full=False)
+    run_id = mf.new_run_id()
+    claimed = mf.claim(spark, out, run_id, todo, full=full)
+    return _execute(spark, root, out, params, claimed, run_id, full=full)
+
+
+def _execute(
+    spark: SparkSession,
+    root: str,
+    out: str,
+    params: SilverParams,
+    todo: list[bf.BronzeFile],
+    run_id: str,
+    *,
+    full: bool,
+) -> dict[str, Any]:
+    """Run ``run_id`` over the files it claimed and commit it."""
     reasons = _unreadable(spark, root, todo)
     readable = [f.rel for f in todo if f.rel not in reasons]
-    run_id = bf.new_run_id()
     # checking a gzip file means decompressing all of it in Python (2M rows: 1.45 s): done
     # while Spark works (zlib releases the GIL) instead of before the job starts
     with ThreadPoolExecutor(max_workers=1) as checks:
         truncated = checks.submit(_truncated, root, readable)
-        touched, counts = _transform_and_load(spark, root, out, params, readable, run_id, full=full)
+        try:
+            touched, counts = _transform_and_load(
+                spark, root, out, params, readable, run_id, full=full
+            )
+        except Exception as exc:
+            if not mf.is_conflict(exc):
+                raise
+            raise mf.ConcurrentRunError(
+                f"another silver run wrote the tables under {out} at the same time as run "
+                f"{run_id}; what this run committed stays, the next run finishes the rest"
+            ) from exc
         reasons.update(truncated.result())
     for rel in readable:  # gone while the run read: Spark skipped it (ignoreMissingFiles)
         if not bf.exists(spark, root, rel):
             reasons[rel] = bf.REASON_VANISHED
-    bf.commit(spark, out, run_id, todo, reasons, touched, full=full)
+    mf.commit(spark, out, run_id, reasons, touched)
+    return _result(todo, reasons, counts, full=full)
+
+
+def _result(
+    todo: list[bf.BronzeFile], reasons: dict[str, str], counts: list[Row], *, full: bool
+) -> dict[str, Any]:
     result: dict[str, Any] = {"rows": 0, "bronze_rows": 0, "quarantined": 0, "late": 0}
     for row in counts:
         result["rows"] += row["rows"]

@@ -1,4 +1,4 @@
-"""Merge a run's new silver rows into the partitions of silver they touch (pure transforms).
+"""Merge a run's new silver rows into silver (Delta ``MERGE`` on the message id).
 
 How this works: an incremental ``silver`` run parses only new bronze files and deduplicates
 them among themselves (:func:`cloud_spark.jobs.silver.dedupe`). A message id can also be in
@@ -9,21 +9,24 @@ the copy landed first (smallest ``ingest_ms``, then smallest ``content_hash``, e
 order of :func:`~cloud_spark.jobs.silver.dedupe`); ``copies`` add up; the id is a
 ``conflict`` when either side was one or their content hashes differ.
 
-:func:`merge` then rebuilds one table's touched partitions: existing rows of those
-partitions plus the new rows, one row per id (the winner of :func:`resolve`; for an id that
-only appears on both sides because an interrupted run is being redone, the new row), rows
-without an id kept as they are. The caller writes the result with dynamic partition
-overwrite, so every other partition stays untouched.
+:func:`merge_into` then merges one table's new rows with a Delta ``MERGE`` on
+``(gateway, epoch, seq)``: new ids are inserted, an id the table holds keeps the winner's
+row with the summed ``copies``, rows without an id are inserted as they are. The merge is
+one atomic commit; a rerun or a retried job never doubles a row.
 
 Exact except for one case the docs name: copies of one id whose *content differs* (an epoch
-reused by mistake) can place the two copies in different event dates; the loser's row stays
-in a partition the run did not touch until ``silver --full``.
+reused by mistake) can place the two copies in different event dates, or in different
+tables (one quarantined, one good); the loser's row stays until ``silver --full``.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
+
+from cloud_spark import tables
 
 ID = ["gateway", "epoch", "seq"]
 
@@ -71,26 +74,46 @@ def resolve(existing: DataFrame, new: DataFrame) -> DataFrame:
     )
 
 
-def merge(existing: DataFrame, new: DataFrame, resolution: DataFrame) -> DataFrame:
-    """One table's touched partitions after the run: one row per id, id-less rows kept.
+def merge_into(
+    spark: SparkSession,
+    out: str,
+    name: str,
+    frame: DataFrame,
+    resolution: DataFrame,
+    prune: tuple[Any, ...] = (),
+) -> None:
+    """Delta ``MERGE`` of one table's new rows into the table, on the message id.
 
-    ``existing`` holds only the touched partitions; both frames have the table's columns.
+    An id the table does not hold is inserted; for one it holds, the row of the copy that
+    :func:`resolve` says wins is kept (the new row replaces the old one when it landed
+    first) and ``copies`` and ``conflict`` become the sums of both sides. Rows without an id
+    never match (``NULL = NULL`` is not true) and are inserted as they are. ``prune`` lists
+    the partitions the target rows can be in (empty: all of them): Delta then reads only
+    those files.
     """
-    both = existing.withColumn("_new", F.lit(False)).unionByName(
-        new.withColumn("_new", F.lit(True))
-    )
-    loose = both.where(~has_id())
-    decided = both.where(has_id()).join(
-        F.broadcast(resolution.select(*ID, "_new_wins", "_copies", "_conflict")), ID, "left"
-    )
-    # the winner sorts first: per resolve(), or the new row of a redone run
-    loses = F.when(F.col("_new_wins").isNull(), ~F.col("_new")).otherwise(
-        F.col("_new") != F.col("_new_wins")
-    )
-    rank = F.row_number().over(Window.partitionBy(*ID).orderBy(loses))
-    kept = decided.withColumn("_rank", rank).where(F.col("_rank") == 1)
-    updates = {"copies": F.coalesce(F.col("_copies"), F.col("copies"))}
-    if "conflict" in existing.columns:
-        updates["conflict"] = F.coalesce(F.col("_conflict"), F.col("conflict"))
-    kept = kept.withColumns(updates).select(*existing.columns)
-    return kept.unionByName(loose.select(*existing.columns))
+    table = tables.TABLES[name]
+    columns = [f.name for f in table.schema.fields]
+    decided = resolution.select(*ID, "_new_wins", "_copies", "_conflict")
+    source = tables.conform(frame, table.schema).join(F.broadcast(decided), ID, "left")
+    on = " AND ".join(f"t.{col} = s.{col}" for col in ID)
+    if prune:
+        dates = ", ".join(f"DATE'{day}'" for day in prune)
+        on += f" AND t.{table.partition_by[0]} IN ({dates})"
+    sums = {"copies": "coalesce(s._copies, t.copies + s.copies)"}
+    if "conflict" in columns:
+        sums["conflict"] = "coalesce(s._conflict, t.conflict OR s.conflict)"
+    replace = ", ".join(f"t.{col} = {sums.get(col, f's.{col}')}" for col in columns)
+    add_up = ", ".join(f"t.{col} = {expr}" for col, expr in sums.items())
+    view = f"silver_new_{name}"
+    source.createOrReplaceTempView(view)
+    try:
+        spark.sql(
+            f"MERGE INTO {tables.sql_name(tables.table_path(out, name))} t USING {view} s"
+            f" ON {on}"
+            f" WHEN MATCHED AND s._new_wins THEN UPDATE SET {replace}"
+            f" WHEN MATCHED THEN UPDATE SET {add_up}"
+            f" WHEN NOT MATCHED THEN INSERT ({', '.join(columns)})"
+            f" VALUES ({', '.join(f's.{col}' for col in columns)})"
+        )
+    finally:
+        spark.catalog.dropTempView(view)

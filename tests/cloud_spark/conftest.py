@@ -32,6 +32,8 @@ TEST_CONF = {
     "spark.sql.adaptive.enabled": "false",
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     "spark.sql.warehouse.dir": "/tmp/outpost-cloud-spark-tests-warehouse",
+    # a Delta table's state from its log in one task (tables of a few files each)
+    "spark.databricks.delta.snapshotPartitions": "1",
 }
 
 

@@ -14,6 +14,7 @@ import pytest
 from cloud_spark.cli import _range, build_parser, job_params
 from cloud_spark.jobs import JOBS
 from cloud_spark.jobs.quality import QualityParams
+from cloud_spark.spark import submit_args
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "cloud.md"
@@ -106,7 +107,7 @@ def test_spark_submit_runs_a_job(tmp_path: Path) -> None:
     }
     out = tmp_path / "tables"
     done = subprocess.run(
-        [str(submit), "--master", "local[1]",
+        [str(submit), "--master", "local[1]", *submit_args(),
          "--driver-java-options", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
          "--conf", "spark.ui.enabled=false",
          str(ROOT / "cloud_spark" / "__main__.py"), "--log-level", "WARNING",

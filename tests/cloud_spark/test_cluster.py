@@ -25,6 +25,7 @@ import pyspark
 import pytest
 
 from bench.cloud.tsbs_iot import GenConfig, generate
+from cloud_spark.spark import submit_args
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_BIN = Path(pyspark.__file__).parent / "bin"
@@ -116,6 +117,7 @@ def test_silver_and_report_run_under_spark_submit_on_a_standalone_cluster(
     archive, entry = build_artifact(tmp_path)
     submit = [
         str(SPARK_BIN / "spark-submit"), "--master", cluster, "--py-files", str(archive),
+        *submit_args(),
         "--driver-memory", "512m", "--executor-memory", "512m", "--total-executor-cores", "2",
         "--executor-cores", "1", "--conf", "spark.ui.enabled=false",
         "--conf", "spark.sql.shuffle.partitions=4", str(entry),

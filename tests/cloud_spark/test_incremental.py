@@ -20,9 +20,10 @@ from pyspark.testing import assertDataFrameEqual
 
 from bench.cloud.tsbs_iot import GenConfig, generate
 from cloud_spark import bronze_files as bf
-from cloud_spark.jobs import rollups, silver
+from cloud_spark.jobs import manifest as mf
+from cloud_spark.jobs import rollups, silver, silver_merge
 from cloud_spark.records import partition_dir
-from cloud_spark.tables import append_table, read_bronze, read_table
+from cloud_spark.tables import idempotent, read_bronze, read_table
 from tests.cloud_spark.conftest import T0, bronze_row, point_payload, write_bronze
 
 SILVER = ("messages", "points", "status", "device_diagnostics", "uplink_diagnostics", "quarantine")
@@ -109,7 +110,8 @@ def test_incremental_runs_over_batches_equal_one_full_run(
 def test_a_run_that_died_half_way_is_redone_without_doubles(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """The state a killed run leaves (some tables written, manifest not committed) heals."""
+    """The state a killed run leaves (files claimed, some tables merged, run not committed)
+    heals: the next run finishes it, and the tables the dead run merged are not merged again."""
     source, root = tmp_path / "generated", tmp_path / "landing"
     generate(CONFIG, source)
     files = sorted((source / "bronze").rglob("*.json.gz"))
@@ -117,15 +119,23 @@ def test_a_run_that_died_half_way_is_redone_without_doubles(
     _copy_batch(source, root, files[:5])
     silver.run(spark, str(root), str(inc), silver.SilverParams())
     _copy_batch(source, root, files[5:])
-    # what the dead run got to do: marked itself pending, appended its points and status
-    bf.mark_pending(spark, str(inc), "dead-run")
-    rels = [str(f.relative_to(source / "bronze")) for f in files[5:]]
-    dead = silver.silver_tables(read_bronze(spark, str(root), rels), silver.SilverParams())
+    # what the dead run got to do: claimed its files, merged its points and status
+    landed = bf.list_bronze(spark, str(root))[5:]
+    claimed = mf.claim(spark, str(inc), "dead-run", landed, full=False)
+    assert len(claimed) == len(files) - 5
+    dead = silver.silver_tables(
+        read_bronze(spark, str(root), [f.rel for f in claimed]), silver.SilverParams()
+    )
+    old_ledger = read_table(spark, str(inc), "messages")
+    resolution = silver_merge.resolve(old_ledger, dead["messages"]).cache()
     for name in ("points", "status"):
-        append_table(dead[name], str(inc), name)
+        with idempotent(spark, "silver-dead-run", 0):
+            silver_merge.merge_into(spark, str(inc), name, dead[name], resolution)
+    assert [run["run_id"] for run in mf.pending_runs(spark, str(inc))] == ["dead-run"]
     result = silver.run(spark, str(root), str(inc), silver.SilverParams())
-    assert result["files"] == len(files) - 5
-    assert not bf.interrupted(spark, str(inc))
+    assert result["files"] == 0  # the dead run's files were its own, finished first
+    assert not mf.pending_runs(spark, str(inc))
+    assert mf.runs(spark, str(inc))[-1]["run_id"] == "dead-run"
     silver.run(spark, str(root), str(full), silver.SilverParams(full=True))
     _assert_same_silver(spark, inc, full)
 
@@ -174,6 +184,7 @@ def test_rollups_recompute_the_touched_days_and_equal_a_full_run(
     assert held.first()["twa"] is not None  # type: ignore[index]  # 99.0 held past midnight
 
 
+@pytest.mark.timeout(300)  # four silver runs, each a few Delta commits per table
 def test_an_earlier_copy_landed_later_replaces_the_kept_one(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -234,7 +245,7 @@ def test_bad_files_are_recorded_with_a_reason_and_never_reread(
     assert reasons["corrupt_bronze"] >= 1
     seqs = {row["seq"] for row in read_table(spark, str(out), "points").collect()}
     assert {1, 2, 3, 10, 11}.issubset(seqs)  # the truncated file's complete lines landed
-    assert bf.skipped_counts(spark, str(out)) == result["files_skipped"]
+    assert mf.skipped_counts(spark, str(out)) == result["files_skipped"]
     again = silver.run(spark, str(root), str(out), silver.SilverParams())
     assert again["files"] == 0
 
@@ -294,33 +305,16 @@ def test_an_old_processed_ingest_date_is_not_listed_or_read_again(
     bf.list_bronze(spark, str(root), on_list=everything.append)
     assert old_dir in everything  # a full listing walks it
 
-    since = bf.listing_cutoff(bf.manifest_dates(spark, str(out)), relist_days=1)
+    since = bf.listing_cutoff(mf.manifest_dates(spark, str(out)), relist_days=1)
     assert since == "2024-06-02"
     walked: list[str] = []
     listed = bf.list_bronze(spark, str(root), since, on_list=walked.append)
     assert not any(prefix.startswith(old_dir) for prefix in walked)
     assert [bf.ingest_date_of(f.rel) for f in listed] == ["2024-06-03", "2024-06-03"]
-    assert bf.processed(spark, str(out), since) == {listed[0].rel}
+    assert mf.processed(spark, str(out), since) == {listed[0].rel}
 
     result = silver.process(spark, str(root), str(out), silver.SilverParams(), listed)
     assert result["files"] == 1 and result["mode"] == "incremental"
     seqs = sorted(row["seq"] for row in read_table(spark, str(out), "points").collect())
     assert seqs == [1, 2, 3]
-    assert silver.run(spark, str(root), str(out), silver.SilverParams())["files"] == 0
-
-
-def test_a_manifest_of_the_earlier_layout_is_taken_over(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    root, out = tmp_path / "landing", tmp_path / "tables"
-    row = bronze_row(1, "devices/m1/power", point_payload(1, T0))
-    write_bronze(root, "part-1.json.gz", [row], ingest_ms=T0)
-    silver.run(spark, str(root), str(out), silver.SilverParams())
-    # the same manifest as the unpartitioned layout of earlier versions wrote it
-    legacy = str(out / bf.LEGACY_FILES_DIR)
-    spark.read.parquet(str(out / bf.FILES_DIR)).drop("ingest_date").write.parquet(legacy)
-    shutil.rmtree(out / bf.FILES_DIR)
-
-    assert bf.manifest_dates(spark, str(out)) == ["2024-06-03"]
-    assert not (out / bf.LEGACY_FILES_DIR).exists()
     assert silver.run(spark, str(root), str(out), silver.SilverParams())["files"] == 0
