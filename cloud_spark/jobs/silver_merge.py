@@ -89,9 +89,13 @@ def merge_into(
     first) and ``copies`` and ``conflict`` become the sums of both sides. Rows without an id
     never match (``NULL = NULL`` is not true) and are inserted as they are. ``prune`` lists
     the partitions the target rows can be in (empty: all of them): Delta then reads only
-    those files.
+    those files. A table that does not exist yet (one a later version added) is created
+    with the new rows.
     """
     table = tables.TABLES[name]
+    if not tables.is_delta(spark, tables.table_path(out, name)):  # a table added since
+        tables.append_table(frame, out, name)
+        return
     columns = [f.name for f in table.schema.fields]
     decided = resolution.select(*ID, "_new_wins", "_copies", "_conflict")
     source = tables.conform(frame, table.schema).join(F.broadcast(decided), ID, "left")
