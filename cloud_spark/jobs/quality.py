@@ -294,6 +294,9 @@ def flags_since(
         .select(*SERIES, "event_ms", "epoch", "seq", F.col("value_num").alias("_v"))
         .localCheckpoint()
     )
+    # fresh column ids: Spark 4.2's analyzer fails (INTERNAL_ERROR, conflicting references)
+    # to join the checkpoint, whose columns keep the ids of `numeric`, back with `numeric`
+    last = last.select([F.col(name).alias(name) for name in last.columns])
     through = old.join(last, SERIES).where(
         (F.col("start_ms") <= F.col("event_ms")) & (F.col("end_ms") >= F.col("event_ms"))
     )
