@@ -33,6 +33,10 @@ NPM_DIRS += tests/bridge/s7/node_server
 NPM_DIRS += tests/bridge/bacnet/node_device
 # Aedes (Node.js, Mosca's successor): a peer broker of bench.compare --brokers (bench/peers/aedes/).
 NPM_DIRS += bench/peers/aedes
+# uPlot: the web console's charts. Not a test peer: `make console-vendor` copies its built files
+# into outpost/console/static/vendor/ (committed; tests/outpost/console/test_console_charts.py
+# checks they are the pinned package's, byte for byte).
+NPM_DIRS += outpost/console/vendor
 
 .PHONY: demo test test-loaded lint typecheck unit soak fleet-test pipeline-test bench system-packages node-packages java-packages clean
 
@@ -101,6 +105,29 @@ java-packages: system-packages
 	      -DoutputDirectory=lib -DincludeScope=runtime || exit 1; touch "$$dir/lib"; \
 	  fi; done
 
+# The console's vendored chart library (uPlot, MIT): its pinned npm package's built files into
+# the package's static folder; run after changing its version in outpost/console/vendor/, then
+# commit the copies (a gateway installs them with the package, never from npm or a CDN).
+CONSOLE_VENDOR := outpost/console/static/vendor
+.PHONY: console-vendor
+console-vendor: node-packages
+	@mkdir -p $(CONSOLE_VENDOR)
+	cp outpost/console/vendor/node_modules/uplot/dist/uPlot.iife.min.js \
+	   outpost/console/vendor/node_modules/uplot/dist/uPlot.min.css $(CONSOLE_VENDOR)/
+	cp outpost/console/vendor/node_modules/uplot/LICENSE $(CONSOLE_VENDOR)/uPlot.LICENSE
+
+# The Spark jobs' JVM packages (Delta; cloud_spark/spark.py, SPARK_PACKAGES) from Maven
+# Central into their Ivy cache, once, before the tests start sessions in parallel.
+.PHONY: spark-packages
+spark-packages: $(STAMP) system-packages
+	$(PY) -c "from cloud_spark.spark import fetch_packages; fetch_packages()"
+
+# The S3 connector of the jobs on s3:// paths (hadoop-aws and its ~650 MiB AWS SDK bundle;
+# cloud_spark/object_store_conf.py) into the same cache, for the S3 tests of pipeline-test.
+.PHONY: s3a-packages
+s3a-packages: spark-packages
+	$(PY) -c "from cloud_spark.object_store_conf import fetch_s3a_packages; fetch_s3a_packages()"
+
 demo: $(STAMP)
 	$(VENV)/bin/outpost demo
 
@@ -116,7 +143,7 @@ typecheck: $(STAMP)
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
-test: $(STAMP) system-packages node-packages go-packages java-packages lint typecheck
+test: $(STAMP) system-packages node-packages go-packages java-packages spark-packages lint typecheck
 	$(PYTEST)
 
 # The suite with a CPU hog on every core (stress-ng), RUNS times in a row: a test that waits for
@@ -143,7 +170,7 @@ fleet-test: $(STAMP) system-packages
 # by one and batched build the same silver tables (tests/cloud_spark/test_batched_silver.py),
 # `make demo` lands everything, incremental runs equal full ones, spark-submit on a standalone
 # cluster. About 5 minutes on two workers (quiet machine).
-pipeline-test: $(STAMP) system-packages
+pipeline-test: $(STAMP) system-packages spark-packages s3a-packages
 	$(PYTEST) -m pipeline tests
 
 bench: $(STAMP) system-packages

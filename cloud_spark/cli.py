@@ -151,6 +151,16 @@ def _add_job(sub: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="tables root (silver/, gold/ under it)")
     p.add_argument("--master", help="Spark master (default: local[*] unless spark-submit)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting")
+    p.add_argument(
+        "--s3-endpoint", metavar="URL",
+        help="S3-compatible store for s3:// and s3a:// paths, addressed path-style "
+        "(default: AWS_ENDPOINT_URL_S3, else AWS's own)",
+    )  # fmt: skip
+    p.add_argument(
+        "--s3-region", metavar="REGION",
+        help="region that signs S3 requests (default: AWS_REGION, else us-east-1 with "
+        "--s3-endpoint)",
+    )  # fmt: skip
     return p
 
 
@@ -189,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     rollups.add_argument(
         "--full", action="store_true", help="recompute every day, not only the touched ones"
     )
+    _add_job(sub, "alarms", "gold/alarms: each occurrence of an alarm with its raised, "
+             "acknowledged and cleared times (from silver/alarm_events)")
     availability = _add_job(sub, "availability", "device, gateway and link outages, uptime")
     availability.add_argument(
         "--expected-interval-s", type=float, default=60.0, help="heartbeat of the devices"
@@ -238,6 +250,16 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--full", action="store_true", help="read all of silver again")
     report = _add_job(sub, "report", "print a summary and write it as JSON")
     report.add_argument("--json", dest="json_path", help="JSON path (default: OUT/report.json)")
+    maintain = _add_job(sub, "maintain", "OPTIMIZE and VACUUM every Delta table under --out")
+    maintain.add_argument(
+        "--vacuum-hours", type=float, default=168.0,
+        help="VACUUM keeps files that a table version younger than this references",
+    )  # fmt: skip
+    maintain.add_argument("--no-vacuum", action="store_true", help="OPTIMIZE only")
+    maintain.add_argument(
+        "--table", action="append", default=[], metavar="NAME",
+        help="only this table (repeatable; e.g. points, _manifest/processed_files)",
+    )  # fmt: skip
     everything = _add_job(sub, "all", "run every job in order (silver ... report), defaults")
     everything.add_argument("--prefix", default=c.DEFAULT_DEVICE_PREFIX, help="as for silver")
     everything.add_argument(
@@ -302,8 +324,20 @@ def job_params(name: str, args: argparse.Namespace) -> Any:
     if name == "fleet":
         return FleetParams(status_prefix=get("status_prefix", DEFAULT_STATUS_PREFIX),
                            full=get("full", False))
+    if name == "alarms":
+        from cloud_spark.jobs.alarms import AlarmsParams
+
+        return AlarmsParams()
     if name == "report":
         return ReportParams(json_path=get("json_path", None))
+    if name == "maintain":
+        from cloud_spark.jobs.maintain import MaintainParams
+
+        return MaintainParams(
+            vacuum_hours=get("vacuum_hours", 168.0),
+            vacuum=not get("no_vacuum", False),
+            only=tuple(get("table", ())),
+        )
     raise ValueError(f"unknown job {name!r}")
 
 
@@ -319,20 +353,39 @@ def _run_jobs(args: argparse.Namespace) -> int:
     # PySpark (the `cloud` extra) is imported by the commands that start Spark only.
     from pyspark.sql import SparkSession
 
-    from cloud_spark.spark import SparkVersionError, get_spark
+    from cloud_spark import object_store_conf as s3
+    from cloud_spark.jobs.manifest import ConcurrentRunError
+    from cloud_spark.spark import SparkPackagesError, SparkVersionError, get_spark
 
     names = list(JOBS) if args.command == "all" else [args.command]
     conf = dict(item.split("=", 1) for item in args.conf)
+    try:
+        conf.update(s3.s3a_session_conf((args.root, args.out), conf, args.s3_endpoint,
+                                        args.s3_region))  # fmt: skip
+    except s3.ObjectStoreConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
     existing = SparkSession.getActiveSession()
     try:
         spark = get_spark(f"outpost-{args.command}", args.master, conf)
-    except SparkVersionError as exc:
+    except (SparkVersionError, SparkPackagesError) as exc:
         raise SystemExit(f"error: {exc}") from None
     try:
+        s3.apply_to_session(spark, conf)
+        served = s3.s3_scheme_served(spark)  # EMR, Databricks: keep their s3://
+        root, out = (s3.hadoop_uri(p, served) if p else p for p in (args.root, args.out))
+        s3.check_store(spark, (root, out))  # a bad store fails here, in seconds
         for name in names:
-            result = run_job(name, spark, args.root, args.out, job_params(name, args))
+            result = run_job(name, spark, root, out, job_params(name, args))
             if name != "report":
                 print(json.dumps({"job": name, **result}, default=str), flush=True)
+    except ConcurrentRunError as exc:  # another silver run claimed the same files first
+        raise SystemExit(f"error: {exc}") from None
+    except Exception as exc:  # an S3 fault is one line, not a Java stack trace
+        endpoint = args.s3_endpoint or s3.endpoint_from_env()
+        message = s3.describe_store_error(exc, (args.root, args.out), endpoint)
+        if message is None:
+            raise
+        raise SystemExit(f"error: {message}") from None
     finally:
         if existing is None:  # leave a session we did not start (tests, notebooks) running
             spark.stop()

@@ -70,6 +70,39 @@ DEVICE_DIAGNOSTICS_FIELDS: Final = (
     "stale_frames",
     "latency_ms",
 )
+#: windowed aggregates of a point: ``<prefix>/<device>/<point>/agg/<window>`` (window: ``1m``)
+AGGREGATE_LEVEL: Final = "agg"
+AGGREGATE_FIELDS: Final = (
+    "ts",
+    "start",
+    "end",
+    "mean",
+    "min",
+    "max",
+    "first",
+    "last",
+    "count",
+    "covered_ms",
+    "unit",
+    "partial",
+)
+#: an alarm's transitions on the gateway (bridge/alarms): ``alarms/<alarm>/event``, QoS 1
+ALARMS_ROOT: Final = "alarms"
+ALARM_EVENT_LEAF: Final = "event"
+ALARM_EVENT_FIELDS: Final = (
+    "alarm",
+    "transition",
+    "from",
+    "to",
+    "cause",
+    "value",
+    "ts",
+    "severity",
+    "kind",
+    "point",
+    "user",
+)
+ALARM_STATES: Final = ("normal", "active_unacked", "active_acked", "cleared_unacked", "shelved")
 UPLINK_DIAGNOSTICS_FIELDS: Final = (
     "ts",
     "connected",
@@ -119,6 +152,33 @@ EXAMPLE_ENVELOPE: Final = {
     "payload": '{"value": 12.5, "unit": "kW", "ts": 1717430400100, "quality": "good"}',
 }
 EXAMPLE_POINT: Final = {"value": 12.5, "unit": "kW", "ts": 1717430400100, "quality": "good"}
+EXAMPLE_AGGREGATE: Final = {
+    "ts": 1717430460000,
+    "start": 1717430400000,
+    "end": 1717430460000,
+    "mean": 12.43,
+    "min": 11.9,
+    "max": 13.1,
+    "first": 12.1,
+    "last": 12.6,
+    "count": 60,
+    "covered_ms": 60000,
+    "unit": "kW",
+    "partial": False,
+}
+EXAMPLE_ALARM_EVENT: Final = {
+    "alarm": "boiler-hot",
+    "transition": 7,
+    "from": "normal",
+    "to": "active_unacked",
+    "cause": "raise",
+    "value": 92.5,
+    "ts": 1717430400100,
+    "severity": "high",
+    "kind": "high",
+    "point": "boiler/temperature",
+    "user": None,
+}
 EXAMPLE_DEVICE_DIAGNOSTICS: Final = {
     "ts": 1717430400000,
     "requests": 5321,

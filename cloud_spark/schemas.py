@@ -94,6 +94,80 @@ POINTS = _schema(
     ("event_date", DATE),
 )
 
+#: windowed aggregates computed on the gateway (cloud_spark/jobs/silver_aggregates.py)
+AGGREGATES = _schema(
+    ("gateway", S),
+    ("epoch", S),
+    ("seq", L),
+    ("device", S),
+    ("point", S),
+    ("window", S),
+    ("window_ms", L),
+    ("start_ms", L),
+    ("end_ms", L),
+    ("window_start", TS),
+    ("window_end", TS),
+    ("mean", D),
+    ("min", D),
+    ("max", D),
+    ("first", D),
+    ("last", D),
+    ("count", L),
+    ("covered_ms", L),
+    ("unit", S),
+    ("partial", B),
+    ("received_ms", L),
+    ("ingest_ms", L),
+    ("copies", L),
+    ("event_date", DATE),
+)
+
+#: every alarm transition made on a gateway (cloud_spark/jobs/alarms.py)
+ALARM_EVENTS = _schema(
+    ("gateway", S),
+    ("epoch", S),
+    ("seq", L),
+    ("alarm", S),
+    ("transition", L),
+    ("from_state", S),
+    ("to_state", S),
+    ("cause", S),
+    ("value_num", D),
+    ("value_str", S),
+    ("event_ts", TS),
+    ("ts_ms", L),
+    ("severity", S),
+    ("alarm_kind", S),
+    ("point", S),
+    ("user", S),
+    ("received_ms", L),
+    ("ingest_ms", L),
+    ("copies", L),
+    ("event_date", DATE),
+)
+
+#: one row per occurrence of an alarm: raised, acknowledged, cleared (cloud_spark/jobs/alarms.py)
+ALARMS = _schema(
+    ("gateway", S),
+    ("alarm", S),
+    ("occurrence", L),
+    ("severity", S),
+    ("alarm_kind", S),
+    ("point", S),
+    ("raised_transition", L),
+    ("raised_at", TS),
+    ("raised_value", D),
+    ("acknowledged_at", TS),
+    ("acknowledged_by", S),
+    ("cleared_at", TS),
+    ("cleared_value", D),
+    ("normal_at", TS),
+    ("time_to_acknowledge_s", D),
+    ("active_s", D),
+    ("open", B),
+    ("event_date", DATE),
+)
+
 STATUS = _schema(
     ("gateway", S),
     ("epoch", S),

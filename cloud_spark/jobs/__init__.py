@@ -5,4 +5,4 @@
 
 from __future__ import annotations
 
-JOBS = ("silver", "rollups", "availability", "quality", "health", "fleet", "report")
+JOBS = ("silver", "rollups", "alarms", "availability", "quality", "health", "fleet", "report")

@@ -21,6 +21,11 @@ How this works:
   join); ``first``/``last`` use one long ordering key so the aggregation stays hash-based.
 * The job caches the narrow points projection and the base partials (each grain reuses
   them); rows are partitioned by ``grain`` and window date, dynamic partition overwrite.
+* **Aggregates from the gateway** (``silver/aggregates``, a point configured with
+  ``aggregate``): a window without raw samples of its point (every window of a point sent
+  with ``aggregate_send = "instead"``) takes its figures from the aggregates, at every grain
+  that is a whole multiple of the aggregate's window (:mod:`.silver_aggregates`); a window
+  with raw samples keeps the figures computed from them.
 * **Incremental.** Every grain nests into a UTC day, so a run recomputes only the days that
   silver runs since the previous rollups touched, plus the day after each (a value held
   past midnight), from the points of those days and the day before (the value carried in):
@@ -38,6 +43,7 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from cloud_spark import tables
 from cloud_spark.jobs import manifest as mf
+from cloud_spark.jobs import silver_aggregates as sa
 from cloud_spark.jobs.silver import date_of_ms
 
 SERIES = ["gateway", "device", "point"]
@@ -228,6 +234,11 @@ def run(spark: SparkSession, root: str, out: str, params: RollupParams) -> dict[
         partials = base_partials(points, params).cache()
         try:
             result = rollup_from(points, partials, params)
+            aggregates = tables.read_table(spark, out, "aggregates")
+            if touched is not None:
+                aggregates = aggregates.where(F.col("event_date").isin(write))
+            result = sa.with_aggregates(
+                result, sa.rollups_from_aggregates(aggregates, _grains(params)))
             if touched is None:
                 tables.write_table(result, out, "rollups", replace_whole=True)
             else:

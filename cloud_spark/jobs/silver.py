@@ -42,8 +42,10 @@ from cloud_spark import bronze_files as bf
 from cloud_spark import contract as c
 from cloud_spark import tables
 from cloud_spark.jobs import manifest as mf
+from cloud_spark.jobs import silver_aggregates as sa
 from cloud_spark.jobs import silver_merge as sm
 from cloud_spark.jobs import silver_parse as sp
+from cloud_spark.jobs.alarms import alarm_events
 
 ID = sm.ID
 
@@ -267,6 +269,8 @@ def silver_tables(bronze: DataFrame, params: SilverParams) -> dict[str, DataFram
 def _split(parsed: DataFrame, params: SilverParams) -> dict[str, DataFrame]:
     return {
         "points": points(parsed, params.late_after_ms),
+        "aggregates": sa.aggregates(parsed),
+        "alarm_events": alarm_events(parsed),
         "status": status(parsed),
         "device_diagnostics": device_diagnostics(parsed),
         "uplink_diagnostics": uplink_diagnostics(parsed),

@@ -5,9 +5,11 @@ How this works:
 * :func:`classify` reads the *local* topic (never the remote one) and adds ``kind``,
   ``device`` and ``point``: ``<prefix>/<device>/status`` → status,
   ``<prefix>/<device>/diagnostics`` → device diagnostics, ``<prefix>/<device>/<point>`` →
-  point, the uplink diagnostics topic → uplink, ``$SYS/outpost/status`` → the gateway's own
-  status (it carries ``gateway`` and ``epoch`` but no ``seq``: it is not an outbox message),
-  anything else → unknown.
+  point, ``<prefix>/<device>/<point>/agg/<window>`` → aggregate (a window of a point,
+  computed on the gateway), ``alarms/<alarm>/event`` → alarm event (a transition of an alarm
+  on the gateway), the uplink diagnostics topic → uplink, ``$SYS/outpost/status``
+  → the gateway's own status (it carries ``gateway`` and ``epoch`` but no ``seq``: it is
+  not an outbox message), anything else → unknown.
 * :func:`parse_payloads` decodes the payload text (UTF-8 or base64), parses JSON payloads
   once into a Spark VARIANT (``try_parse_json``) and validates each field of the kind's
   contract with ``schema_of_variant``: a JSON number is not a string that looks like one, a
@@ -34,8 +36,11 @@ KIND_STATUS = "status"
 KIND_DEVICE_DIAGNOSTICS = "device_diagnostics"
 KIND_UPLINK_DIAGNOSTICS = "uplink_diagnostics"
 KIND_GATEWAY_STATUS = "gateway_status"
+KIND_AGGREGATE = "aggregate"
+KIND_ALARM_EVENT = "alarm_event"
 KIND_UNKNOWN = "unknown"
-JSON_KINDS = (KIND_POINT, KIND_DEVICE_DIAGNOSTICS, KIND_UPLINK_DIAGNOSTICS)
+JSON_KINDS = (KIND_POINT, KIND_DEVICE_DIAGNOSTICS, KIND_UPLINK_DIAGNOSTICS, KIND_AGGREGATE,
+              KIND_ALARM_EVENT)
 
 #: event times outside [2000-01-01, 2100-01-01) are rejected (catches seconds-vs-ms bugs)
 MIN_EVENT_MS = 946_684_800_000
@@ -77,8 +82,62 @@ UPLINK_DIAGNOSTICS_SPEC = (
     FieldSpec("oldest_age_s", "number", nullable=True),
     FieldSpec("dropped", "int"),
 )
+AGGREGATE_SPEC = (
+    FieldSpec("ts", "int"),
+    FieldSpec("start", "int"),
+    FieldSpec("end", "int"),
+    FieldSpec("mean", "number", nullable=True),
+    FieldSpec("min", "number", nullable=True),
+    FieldSpec("max", "number", nullable=True),
+    FieldSpec("first", "number", nullable=True),
+    FieldSpec("last", "number", nullable=True),
+    FieldSpec("count", "int"),
+    FieldSpec("covered_ms", "int"),
+    FieldSpec("unit", "string", required=False, nullable=True),
+    FieldSpec("partial", "bool"),
+)
+#: typed columns of an aggregate's fields (``ts`` and ``unit`` share the points' columns)
+AGGREGATE_COLUMNS = {
+    "start": ("agg_start", "bigint"),
+    "end": ("agg_end", "bigint"),
+    "mean": ("agg_mean", "double"),
+    "min": ("agg_min", "double"),
+    "max": ("agg_max", "double"),
+    "first": ("agg_first", "double"),
+    "last": ("agg_last", "double"),
+    "count": ("agg_count", "bigint"),
+    "covered_ms": ("agg_covered_ms", "bigint"),
+    "partial": ("agg_partial", "boolean"),
+}
+ALARM_EVENT_SPEC = (
+    FieldSpec("ts", "int"),
+    FieldSpec("alarm", "string"),
+    FieldSpec("transition", "int"),
+    FieldSpec("from", "string"),
+    FieldSpec("to", "string"),
+    FieldSpec("cause", "string"),
+    FieldSpec("value", "scalar", nullable=True),
+    FieldSpec("severity", "string"),
+    FieldSpec("kind", "string"),
+    FieldSpec("point", "string"),
+    FieldSpec("user", "string", nullable=True),
+)
+#: typed columns of an alarm event's own fields (``ts`` and ``value`` share the points')
+ALARM_EVENT_COLUMNS = {
+    "alarm": ("alarm", "string"),
+    "transition": ("alarm_transition", "bigint"),
+    "from": ("alarm_from", "string"),
+    "to": ("alarm_to", "string"),
+    "cause": ("alarm_cause", "string"),
+    "severity": ("alarm_severity", "string"),
+    "kind": ("alarm_kind", "string"),
+    "point": ("alarm_point", "string"),
+    "user": ("alarm_user", "string"),
+}
 SPECS = {
     KIND_POINT: POINT_SPEC,
+    KIND_ALARM_EVENT: ALARM_EVENT_SPEC,
+    KIND_AGGREGATE: AGGREGATE_SPEC,
     KIND_DEVICE_DIAGNOSTICS: DEVICE_DIAGNOSTICS_SPEC,
     KIND_UPLINK_DIAGNOSTICS: UPLINK_DIAGNOSTICS_SPEC,
 }
@@ -102,9 +161,25 @@ def classify(
     # <device>/<leaf> with exactly one slash: first part + "/" + last part is the whole
     one_slash = F.length(rest) == F.length(device) + F.length(leaf) + 1
     matched = one_slash & (F.length(device) > 0) & (F.length(leaf) > 0)
+    # <device>/<point>/agg/<window>: three slashes, "agg" third, no part empty
+    agg_point = F.substring_index(F.substring_index(rest, "/", 2), "/", -1)
+    aggregate = (
+        (F.length(rest) - F.length(F.translate(rest, "/", "")) == 3)
+        & (F.substring_index(F.substring_index(rest, "/", 3), "/", -1) == c.AGGREGATE_LEVEL)
+        & (F.length(device) > 0) & (F.length(agg_point) > 0) & (F.length(leaf) > 0)
+    )
+    # alarms/<alarm>/event: two slashes, no part empty
+    alarm_event = F.coalesce(
+        topic.startswith(f"{c.ALARMS_ROOT}/") & topic.endswith(f"/{c.ALARM_EVENT_LEAF}")
+        & (F.length(topic) - F.length(F.translate(topic, "/", "")) == 2)
+        & (F.length(topic) > len(c.ALARMS_ROOT) + len(c.ALARM_EVENT_LEAF) + 2),
+        F.lit(False),
+    )
     kind = (
         F.when(topic == F.lit(uplink_topic), KIND_UPLINK_DIAGNOSTICS)
         .when(topic == F.lit(c.GATEWAY_STATUS_TOPIC), KIND_GATEWAY_STATUS)
+        .when(F.coalesce(aggregate, F.lit(False)), KIND_AGGREGATE)
+        .when(alarm_event, KIND_ALARM_EVENT)
         .when(~F.coalesce(matched, F.lit(False)), KIND_UNKNOWN)
         .when(leaf == c.STATUS_LEAF, KIND_STATUS)
         .when(leaf == c.DIAGNOSTICS_LEAF, KIND_DEVICE_DIAGNOSTICS)
@@ -119,9 +194,12 @@ def classify(
     return with_kind.withColumns(
         {
             "device": F.when(
-                F.col("kind").isin(KIND_POINT, KIND_STATUS, KIND_DEVICE_DIAGNOSTICS), device
+                F.col("kind").isin(KIND_POINT, KIND_STATUS, KIND_DEVICE_DIAGNOSTICS,
+                                   KIND_AGGREGATE), device
             ),
-            "point": F.when(F.col("kind") == KIND_POINT, leaf),
+            "point": F.when(F.col("kind") == KIND_POINT, leaf).when(
+                F.col("kind") == KIND_AGGREGATE, agg_point
+            ),
         }
     ).drop("_rest", "_device", "_leaf")
 
@@ -170,6 +248,13 @@ def _kind_reason(kind: str) -> Column:
     if kind == KIND_POINT:
         quality = F.col("quality")
         checks.append(F.when(~quality.isin(*c.QUALITIES), F.lit("invalid_value:quality")))
+    if kind == KIND_ALARM_EVENT:
+        checks.append(F.when(~F.col("alarm_to").isin(*c.ALARM_STATES) |
+                             ~F.col("alarm_from").isin(*c.ALARM_STATES),
+                             F.lit("invalid_value:state")))
+        checks.append(F.when(F.col("alarm_transition") < 1, F.lit("invalid_value:transition")))
+    if kind == KIND_AGGREGATE:
+        checks.append(F.when(F.col("agg_end") <= F.col("agg_start"), F.lit("invalid_value:end")))
     return F.coalesce(*checks)
 
 
@@ -229,6 +314,9 @@ def parse_payloads(classified: DataFrame) -> DataFrame:
         "backlog_bytes": _get("backlog_bytes", "bigint"),
         "oldest_age_s": _get("oldest_age_s", "double"),
         "dropped": _get("dropped", "bigint"),
+        **{column: _get(name, sql_type) for name, (column, sql_type) in AGGREGATE_COLUMNS.items()},
+        **{column: _get(name, sql_type)
+           for name, (column, sql_type) in ALARM_EVENT_COLUMNS.items()},
     }
     # a missing ts is either a missing field or not an object at all; && short-circuits
     not_object = F.col("_t_ts").isNull() & ~F.schema_of_variant(F.col("_v")).startswith("OBJECT")
@@ -237,6 +325,8 @@ def parse_payloads(classified: DataFrame) -> DataFrame:
         .when(not_object, F.lit("not_an_object"))
         .when(kind == KIND_POINT, _kind_reason(KIND_POINT))
         .when(kind == KIND_DEVICE_DIAGNOSTICS, _kind_reason(KIND_DEVICE_DIAGNOSTICS))
+        .when(kind == KIND_AGGREGATE, _kind_reason(KIND_AGGREGATE))
+        .when(kind == KIND_ALARM_EVENT, _kind_reason(KIND_ALARM_EVENT))
         .otherwise(_kind_reason(KIND_UPLINK_DIAGNOSTICS))
     )
     status_value = F.col("status_value")
