@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 from gateway.base.settings import Section
 
@@ -42,6 +42,33 @@ Name = Annotated[str, AfterValidator(check_name)]
 Seconds = Annotated[float, Field(gt=0, json_schema_extra={"unit": "s"})]
 
 
+_WINDOW_UNITS: Final = {"s": 1, "m": 60, "h": 3600}
+DAY_S: Final = 86_400
+
+
+def window_seconds(text: str) -> int:
+    """An aggregate window (`10s`, `1m`, `15m`, `1h`) in seconds; ValueError saying why not.
+
+    Windows are aligned to UTC (a window starts at a whole multiple of its width since the
+    epoch), so a width must divide a day: every day starts a window.
+    """
+    number, unit = text[:-1], text[-1:]
+    if unit not in _WINDOW_UNITS or not number.isdigit() or int(number) <= 0:
+        raise ValueError(f"{text!r} is not a window: a whole number and s, m or h "
+                         f'(e.g. "10s", "1m", "15m", "1h")')
+    seconds = int(number) * _WINDOW_UNITS[unit]
+    if DAY_S % seconds:
+        raise ValueError(f"window {text!r} must divide a day (24h at most), so that windows "
+                         f"stay aligned to UTC (e.g. 10s, 30s, 1m, 5m, 15m, 1h)")
+    return seconds
+
+
+def check_window(text: str) -> str:
+    """A valid aggregate window, as written."""
+    window_seconds(text)
+    return text
+
+
 def check_unique(names: list[str], where: str, what: str) -> list[str]:
     """`where.i: duplicate <what> 'x' (also where.j)` for every repeated name."""
     seen: dict[str, int] = {}
@@ -63,3 +90,16 @@ class ReportFields(Section):
     deadband: Annotated[float, Field(ge=0)] | None = None
     deadband_percent: Annotated[float, Field(ge=0, le=100)] | None = None
     heartbeat: Seconds | None = Field(default=None, description="publish at least this often")
+    aggregate: Annotated[str, AfterValidator(check_window)] | None = Field(
+        default=None, description="also publish aggregates over aligned windows of this width "
+        "(e.g. 1m) on <prefix>/<device>/<point>/agg/<width>")
+    aggregate_send: Literal["beside", "instead"] | None = Field(
+        default=None, description='with aggregate: "beside" the raw values (default) or '
+        '"instead" of them (raw values are then not published on MQTT)')
+
+    @model_validator(mode="after")
+    def _aggregate_send_needs_window(self) -> ReportFields:
+        if self.aggregate_send is not None and self.aggregate is None:
+            raise ValueError(f"aggregate_send = {self.aggregate_send!r} needs aggregate "
+                             f'(a window such as "1m")')
+        return self

@@ -41,6 +41,12 @@ Reloads run one after the other, each against the configuration the previous one
 Observers (`observers`, e.g. the Sparkplug edge node) see every point value and status the
 bridge publishes, right after it was published, and may write through `write`.
 
+Aggregates (`aggregates`, bridge/aggregate/publisher.py): every point value and status also
+feeds the windows of the points configured with `aggregate`; closed windows are published on
+`<prefix>/<device>/<point>/agg/<window>` through the same link, and observers see them as they
+see points. A point with `aggregate_send = "instead"` is not published on the link (neither LAN
+clients nor the uplink see its raw values); observers and its windows still get every value.
+
 Writes arrive as `<prefix>/<device>/<point>/set` with `{"id": ..., "value": ...}`; each runs
 as its own task (the bus serialises it with the polls) and answers on `.../set/result` with
 `{"id", "ok", "error"}` at QoS 1.
@@ -56,6 +62,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
 
+from bridge.aggregate.publisher import AggregatePublisher
 from bridge.config import BridgeConfig
 from bridge.driver import Device, DeviceContext, Family, WriteError
 from bridge.families import ModbusFamily, registered
@@ -81,7 +88,9 @@ class BridgeObserver(Protocol):
     """Sees what the bridge publishes (called on the event loop; must not block)."""
 
     def point(self, topic: str, payload: bytes) -> None:
-        """A point value was published on `<prefix>/<device>/<point>`."""
+        """A point value was published on `<prefix>/<device>/<point>` (or withheld by
+        `aggregate_send = "instead"`), or a point's closed window on
+        `<prefix>/<device>/<point>/agg/<window>` (bridge/aggregate/points.py)."""
 
     def device_status(self, device: str, online: bool) -> None:
         """A device's status was published."""
@@ -110,11 +119,13 @@ class Bridge:
         self.published = 0
         self.observers: list[BridgeObserver] = []
         self.restart_delay = RESTART_DELAY
+        self.aggregates = AggregatePublisher(self._publish_aggregate, wallclock, state_dir)
         self._configure(config)
 
     def _configure(self, config: BridgeConfig) -> None:
         self.config = config
         self.prefix = config.prefix
+        self.aggregates.configure(config)
         self.families: list[Family[Any, BridgeConfig]] = registered(self.state_dir)
         self.modbus = next(f for f in self.families if isinstance(f, ModbusFamily))
         for family in self.families:
@@ -159,6 +170,7 @@ class Bridge:
         loop = asyncio.get_running_loop()
         if self.link is None:
             self.link = Link(self.broker, CLIENT_ID, loop.time, self._on_message)
+        self.aggregates.start()  # saved windows back before any value or status
         for family in self.families:
             for settings in _enabled(family, self.config):
                 self.devices[settings.name] = self._open(family, settings)
@@ -197,6 +209,7 @@ class Bridge:
             self._limbo.clear()
             self.link.unsubscribe(f"{self.prefix}/+/+/set")
             if detach:
+                await self.aggregates.stop()  # saved: they go on after the restart
                 self.link.close()
                 self.link = None
 
@@ -241,6 +254,7 @@ class Bridge:
             log.info("bridge: reloaded (prefix changed: every device restarted)")
             return
         old = self.config
+        self.aggregates.configure(config)
         kept = self._unchanged(config)
         new_names = {d.name for family in self.families for d in _enabled(family, config)}
         stopping = [name for name in self.device_names if name not in kept]
@@ -348,6 +362,15 @@ class Bridge:
     def _publish_point(self, topic: str, payload: bytes) -> None:
         if self.link is not None:
             self.published += 1
+            if topic not in self.aggregates.withheld:  # aggregate_send = "instead"
+                self.link.publish(topic, payload, self.config.qos, self.config.retain)
+            self.aggregates.point(topic, payload)
+            for observer in self.observers:
+                observer.point(topic, payload)
+
+    def _publish_aggregate(self, topic: str, payload: bytes) -> None:
+        """A closed window (`<prefix>/<device>/<point>/agg/<window>`), published like a point."""
+        if self.link is not None:
             self.link.publish(topic, payload, self.config.qos, self.config.retain)
             for observer in self.observers:
                 observer.point(topic, payload)
@@ -356,6 +379,7 @@ class Bridge:
         if self.link is not None:
             self.link.publish(f"{self.prefix}/{device}/status", ONLINE if online else OFFLINE,
                               1, True)
+            self.aggregates.device_status(device, online)
             for observer in self.observers:
                 observer.device_status(device, online)
 

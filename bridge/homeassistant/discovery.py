@@ -16,6 +16,12 @@ How this works: `discovery_messages` (pure) turns the bridge's configuration int
   belongs to a device per bridged device whose `via_device` is the gateway, itself announced
   as a device with its own entities (gateway.py).
 
+A point that sends aggregates (bridge/aggregate) adds sensors `<point>_mean_<window>`,
+`_min_` and `_max_` reading its window topic `<prefix>/<device>/<point>/agg/<window>`.
+
+Each alarm of `[alarms]` adds a `problem` binary sensor and an acknowledge button
+(bridge/alarms/homeassistant.py).
+
 Entities come from each device's family-neutral description (bridge/driver.py `PointInfo`),
 so Modbus, serial and OPC UA points are discovered alike.
 
@@ -46,6 +52,9 @@ import logging
 import re
 from typing import Any
 
+from bridge.aggregate.points import home_assistant_sensors
+from bridge.alarms.config import AlarmsConfig
+from bridge.alarms.homeassistant import alarm_discovery
 from bridge.config import BridgeConfig
 from bridge.driver import PointInfo
 from bridge.homeassistant.config import HomeAssistantConfig
@@ -164,6 +173,15 @@ def discovery_messages(bridge: BridgeConfig, config: HomeAssistantConfig, gatewa
                       "device": ha_device, **entity, "qos": 1}
             messages[f"{config.discovery_prefix}/{component}/{node}/{object_id}/config"] = (
                 _encode(entity))
+        for name, topic, template, unit in home_assistant_sensors(bridge, device.name):
+            object_id = discovery_id(f"{device.name}_{name}")
+            entity = {"name": name, "unique_id": f"{node}_{object_id}", "device": ha_device,
+                      "state_topic": topic, "value_template": template,
+                      "availability_topic": status, "payload_available": "online",
+                      "payload_not_available": "offline", "state_class": "measurement",
+                      **({} if unit is None else {"unit_of_measurement": unit}), "qos": 1}
+            messages[f"{config.discovery_prefix}/sensor/{node}/{object_id}/config"] = (
+                _encode(entity))
     return messages
 
 
@@ -171,8 +189,11 @@ class HomeAssistantDiscovery:
     """Keeps the retained discovery configs on the broker in step with the bridge."""
 
     def __init__(self, config: HomeAssistantConfig, gateway_id: str, broker: Broker,
-                 gateway: GatewayInfo | None = None) -> None:
+                 gateway: GatewayInfo | None = None, alarms: AlarmsConfig | None = None
+                 ) -> None:
         self.config = config
+        self.alarms = alarms or AlarmsConfig()  # their entities too (bridge/alarms)
+        self._bridge: BridgeConfig | None = None
         self.gateway_id = gateway_id
         self.gateway = gateway or GatewayInfo()
         self.broker = broker
@@ -199,6 +220,12 @@ class HomeAssistantDiscovery:
         """The bridge's devices or points changed: publish the difference."""
         self._apply(self._messages(bridge), self.published)
 
+    def reload_alarms(self, alarms: AlarmsConfig) -> None:
+        """The alarms changed: publish the difference."""
+        self.alarms = alarms
+        if self._bridge is not None:
+            self._apply(self._messages(self._bridge), self.published)
+
     async def stop(self) -> None:
         """The gateway state says offline; detach (the configs stay retained: the entities
         come back with the gateway)."""
@@ -207,7 +234,9 @@ class HomeAssistantDiscovery:
         self.link.close()
 
     def _messages(self, bridge: BridgeConfig) -> dict[str, bytes]:
-        return discovery_messages(bridge, self.config, self.gateway_id, self.gateway)
+        self._bridge = bridge
+        return {**discovery_messages(bridge, self.config, self.gateway_id, self.gateway),
+                **alarm_discovery(self.alarms, self.config.discovery_prefix, self.node)}
 
     def _on_message(self, message: Message, qos: int, retain: bool) -> None:
         if message.topic == self.status_topic:

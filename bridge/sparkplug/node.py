@@ -28,6 +28,8 @@ the session gives it at `connected`. It reads no clock but `wallclock` and does 
   session lost), values are held (hold.py: in the store-and-forward outbox), oldest dropped
   beyond `hold_max`; at the next birth they follow the births as DDATA with `is_historical`
   set, in the order they were read (values of a device that is not online then are dropped).
+- Alarms (bridge/alarms) are node metrics `Alarms/<name>/Active`, `.../Acked`, `.../State`:
+  in every NBIRTH, and an NDATA when an alarm's state is published (`alarm`).
 - NCMD `Node Control/Rebirth` = true births the node again (same bdSeq, seq from 0). Every
   metric of a DCMD is checked against the catalogue and the point's limits (payload.py: name,
   datatype, writable, type range, min / max, enum labels) before any is written; one refusal
@@ -44,6 +46,8 @@ from collections.abc import Awaitable, Callable
 
 from google.protobuf.message import DecodeError
 
+from bridge.aggregate.points import aggregate_as_points
+from bridge.alarms.sparkplug import AlarmView, add_alarm_metrics
 from bridge.config import BridgeConfig
 from bridge.modbus.poller import WriteError
 from bridge.point import Value
@@ -71,7 +75,8 @@ class EdgeNode:
         self.write = write
         self.wallclock = wallclock
         base = f"{sp.NAMESPACE}/{config.group_id}"
-        self.topics = {kind: f"{base}/{kind}/{node_id}" for kind in ("NBIRTH", "NDEATH", "NCMD")}
+        self.topics = {kind: f"{base}/{kind}/{node_id}"
+                       for kind in ("NBIRTH", "NDEATH", "NCMD", "NDATA")}
         self.device_topic = f"{base}/{{kind}}/{node_id}/{{device}}"
         self.dcmd_filter = f"{base}/DCMD/{node_id}/+"
         self.state_topic = (f"{sp.NAMESPACE}/STATE/{config.primary_host}"
@@ -97,6 +102,7 @@ class EdgeNode:
         self.pending: dict[str, dict[int, tuple[sp.MetricSpec, Value, int]]] = {}
         self.hold = hold
         self.tasks: set[asyncio.Task[None]] = set()
+        self.alarms: dict[str, AlarmView] = {}  # node metrics Alarms/<name>/... (bridge/alarms)
         self.configure(bridge, prefix)
 
     # -- configuration ---------------------------------------------------------------------
@@ -106,6 +112,8 @@ class EdgeNode:
         self.prefix = prefix
         self.metrics = sp.catalogue(bridge)
         self.by_name = {device: {m.name: m for m in metrics}
+                        for device, metrics in self.metrics.items()}
+        self.awaited = {device: sum(m.point is not None for m in metrics)
                         for device, metrics in self.metrics.items()}
         self.values = {device: self.values.get(device, {}) for device in self.metrics}
         self.units = {device: self.units.get(device, {}) for device in self.metrics}
@@ -162,7 +170,9 @@ class EdgeNode:
         """A point value the bridge published on `<prefix>/<device>/<point>`."""
         device, _, name = topic[len(self.prefix) + 1:].partition("/")
         spec = self.by_name.get(device, {}).get(name)
-        if spec is None:
+        if spec is None:  # a window of an aggregating point: its mean, min and max metrics
+            for metric, values in aggregate_as_points(name, payload):
+                self.point(f"{self.prefix}/{device}/{metric}", values)
             return
         try:
             data = json.loads(payload)
@@ -176,8 +186,9 @@ class EdgeNode:
             self.units[device][name] = unit
         arriving = self.arriving.get(device)
         if arriving is not None:
-            arriving.add(name)
-            if len(arriving) >= len(self.by_name[device]):
+            if spec.point is not None:  # an aggregate's metric is not waited for
+                arriving.add(name)
+            if len(arriving) >= self.awaited[device]:
                 self._arrived(device)
             elif self.ever_born and not self.allowed:
                 self.hold.add(device, name, value, ts_ms)
@@ -313,12 +324,31 @@ class EdgeNode:
         self.seq = 0
         assert self.send is not None
         nbirth = sp.node_birth(0, self.bdseq, self._now())
+        for alarm in self.alarms.values():
+            add_alarm_metrics(nbirth, alarm)
         self.send(self.topics["NBIRTH"], nbirth.SerializeToString(), 0, False)
         self.ever_born = True
         for device in self.metrics:
             if device in self.online and device not in self.arriving:
                 self._device_birth(device)
         self._release_held()
+
+    def alarm(self, view: AlarmView) -> None:
+        """An alarm's state was published: NDATA of its metrics (a new alarm: a rebirth,
+        since a metric must be born before its data)."""
+        new = view.name not in self.alarms
+        self.alarms[view.name] = view
+        if not self.ever_born or not self.allowed:
+            return  # the next NBIRTH carries it
+        if new:
+            self.birth()
+            return
+        payload = Payload(timestamp=self._now())
+        add_alarm_metrics(payload, view)
+        self.seq = (self.seq + 1) % 256
+        payload.seq = self.seq
+        assert self.send is not None
+        self.send(self.topics["NDATA"], payload.SerializeToString(), 0, False)
 
     def _device_birth(self, device: str) -> None:
         payload = Payload(timestamp=self._now())

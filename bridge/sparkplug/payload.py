@@ -10,6 +10,10 @@ order, so they are unique within the edge node as the specification requires; bi
 name + alias + datatype (+ the engineering unit as the property `engUnit`: the point's own, else
 the one its values carried, as a device may state it), DATA messages the alias only.
 
+A point that sends aggregates (bridge/aggregate) adds `<point>_mean_<window>`, `_min_` and
+`_max_` Double metrics (without `point`: a DBIRTH does not wait for them, a DCMD cannot write
+them).
+
 Signed integers travel as two's complement in the unsigned protobuf fields (Int8/16/32 in
 `int_value`, Int64 in `long_value`), as Sparkplug 3.0 specifies.
 
@@ -34,6 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
+from bridge.aggregate.points import SHOWN_STATISTICS, aggregated_points, shown_name
 from bridge.config import BridgeConfig
 from bridge.driver import PointInfo
 from bridge.point import Value
@@ -89,6 +94,11 @@ def catalogue(bridge: BridgeConfig) -> dict[str, list[MetricSpec]]:
         for point in device.describe().points:
             metrics.append(MetricSpec(point.name, alias, _DATATYPES[point.datatype], point.unit,
                                       point.writable, point))
+            alias += 1
+    for agg in aggregated_points(bridge):  # `<point>_mean_1m` ...: read-only Doubles
+        for statistic in SHOWN_STATISTICS:
+            devices[agg.device].append(MetricSpec(
+                shown_name(agg.point, statistic, agg.window), alias, DOUBLE, agg.unit, False))
             alias += 1
     return devices
 

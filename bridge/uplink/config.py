@@ -12,7 +12,9 @@ map remote → local:
 Besides the configured forward rules, every remote gets one built-in rule (unless its
 `diagnostics_topic` is ""): the uplink's own diagnostics, published locally on
 `$SYS/outpost/uplink`, go through the outbox to `outpost-diagnostics/<gateway_id>`, so what
-the uplink reports during a link outage reaches the cloud once the link is back.
+the uplink reports during a link outage reaches the cloud once the link is back. With it,
+a second built-in rule forwards the alarms' transitions (`alarms/<name>/event`, QoS 1) to
+`outpost-alarms/<gateway_id>/<name>/event` (`diagnostics_topic = ""` turns both off).
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ DEFAULT_DIAGNOSTICS_TOPIC = "outpost-diagnostics/{gateway_id}"
 DIAGNOSTICS_LOCAL_TOPIC = "$SYS/outpost/uplink"
 #: the local topic the gateway status carries as its `topic` metadata (MQTT 5 remotes)
 STATUS_LOCAL_TOPIC = "$SYS/outpost/status"
+#: the alarms' transitions (bridge/alarms): a built-in rule per remote forwards them, each
+#: with its id, to `outpost-alarms/<gateway_id>/<alarm>/event`
+ALARM_EVENTS_FILTER = "alarms/+/event"
 #: built-in rule names start with this; configured rules may not
 BUILTIN_RULE_PREFIX = "$"
 #: caps of the built-in diagnostics rule: weeks of outage at the default 10 s interval
@@ -335,6 +340,9 @@ class UplinkConfig(_Section):
                 raise ValueError(f"uplink remote {remote.name!r}: {exc}") from None
             if topic is None:
                 continue
+            rules.append((f"{BUILTIN_RULE_PREFIX}alarms.{remote.name}", ForwardRule(
+                filter=ALARM_EVENTS_FILTER, remote=remote.name,
+                topic=TopicMap(strip="alarms/", prefix=f"outpost-alarms/{gateway_id}/"))))
             rules.append((f"{BUILTIN_RULE_PREFIX}diagnostics.{remote.name}", ForwardRule(
                 filter=DIAGNOSTICS_LOCAL_TOPIC, remote=remote.name,
                 topic=TopicMap(strip=DIAGNOSTICS_LOCAL_TOPIC, prefix=topic),
