@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from bridge.alarms.service import AlarmService
 from bridge.config import BridgeConfig
 from bridge.homeassistant.discovery import HomeAssistantDiscovery
 from bridge.homeassistant.gateway import GatewayInfo
@@ -30,9 +31,11 @@ from gateway.broker.engine.broker import Broker
 from gateway.broker.net.security_files import load_security
 from gateway.broker.net.server import Server
 from outpost import __version__
+from outpost.alarms_runtime import start_alarms
 from outpost.certificate_watch import CertificateWatch, renew_over_mqtt
 from outpost.config import Config, StatusConfig, command_local_topics
 from outpost.daemon import STOP_TIMEOUT, Daemon, ShutdownTimeoutError, setup_logging
+from outpost.history import HistoryRecorder, start_history
 from outpost.reload import Reloader
 from outpost.remote_config import RemoteConfigService, build_remote_config
 from outpost.remote_config_health import HealthProbe
@@ -148,12 +151,17 @@ async def serve(
         daemon.install_signals()  # SIGHUP: reload
     addresses = await server.start(list(config.listeners))
     bridge = None
+    alarms: AlarmService | None = None
     interop: list[Interop] = []
+    history: HistoryRecorder | None = None
     # With the console, the bridge runs even empty: the first device added must start live.
     if config.bridge.device_configs() or config.console.enabled:
         bridge = Bridge(config.bridge, broker, state_dir=state_dir or config.storage.state_dir)
         interop = start_interop(config, bridge, broker, daemon.reloader, outbox,
                                 state_dir or config.storage.state_dir)
+        alarms = start_alarms(config, bridge, broker, daemon.reloader,
+                              state_dir or config.storage.state_dir, interop)
+        history = start_history(config, bridge, daemon, state_dir or config.storage.state_dir)
         await bridge.start()
     elif config.sparkplug.enabled or config.homeassistant.enabled:
         log.warning("[sparkplug] / [homeassistant] enabled but [bridge] has no devices: "
@@ -178,7 +186,7 @@ async def serve(
         if callable(reload_part):  # reload(its new section) -> None: device maps, uplink rules
             daemon.reloader.register(name, _section_reloader(reload_part, name), sections=(name,))
     console = config.console.enabled and start_console(
-        daemon, broker, bridge, config_path, state_dir or config.storage.state_dir)
+        daemon, broker, bridge, config_path, state_dir or config.storage.state_dir, alarms)
     await daemon.start(server.bound)  # the store is open, every listener bound: READY=1
     for address in server.bound:  # "HOST:PORT" for tcp, "HOST:PORT (tls)", "unix:PATH"
         print(f"outpost: listening on {address}", flush=True)
@@ -193,6 +201,10 @@ async def serve(
     async with daemon.shutdown():  # STOPPING=1, and all of this within stop_timeout
         if bridge is not None:
             await bridge.stop()  # statuses go offline while clients are still connected
+        if history is not None:  # after the bridge: its last values are in the last flush
+            await asyncio.to_thread(history.stop)
+        if alarms is not None:
+            await alarms.stop()
         for extra in interop:  # after the bridge: the Sparkplug DDEATHs before the NDEATH
             await extra.stop()
         if remote_update is not None:
@@ -207,10 +219,12 @@ async def serve(
 
 
 def start_console(daemon: Daemon, broker: Broker, bridge: Bridge | None,
-                  config_path: Path | None, state_dir: Path | None) -> bool:
+                  config_path: Path | None, state_dir: Path | None,
+                  alarms: AlarmService | None = None) -> bool:
     """Serve the console (with the status endpoint) on the `[status]` listener; the
     configuration's versions are kept in the state directory (else beside the file)."""
     # aiohttp and the console's pages: loaded only when the console is enabled (a few MiB).
+    from outpost.console.pages_history import HISTORY  # noqa: PLC0415
     from outpost.console.server import ConsoleParts, ConsoleServer  # noqa: PLC0415
 
     if config_path is None:
@@ -219,10 +233,12 @@ def start_console(daemon: Daemon, broker: Broker, bridge: Bridge | None,
         return False
     history = Path(state_dir) if state_dir is not None else config_path.resolve().parent
     parts = ConsoleParts(daemon.board, broker, bridge, config_path, history,
-                         lambda: daemon.reloader.config, daemon.reload)
+                         lambda: daemon.reloader.config, daemon.reload, alarms=alarms)
 
     def endpoint(board: StatusBoard, status: StatusConfig) -> ConsoleServer:
         console = ConsoleServer(parts)
+        if daemon.history is not None:  # point history (start_history); unset: off
+            console.app[HISTORY] = daemon.history
         daemon.reloader.register("console", console.reload, sections=("console",))
         return console
 
@@ -283,9 +299,13 @@ def start_interop(config: Config, bridge: Bridge, broker: Broker, reloader: Relo
         parts.append(sparkplug)
     if config.homeassistant.enabled:
         discovery = HomeAssistantDiscovery(config.homeassistant, config.gateway_id, broker,
-                                           GatewayInfo(__version__, config.uplink.enabled))
+                                           GatewayInfo(__version__, config.uplink.enabled),
+                                           config.alarms)
         discovery.start(config.bridge)
         parts.append(discovery)
+        reloader.register("HomeAssistantAlarms",
+                          _section_reloader(discovery.reload_alarms, "alarms"),
+                          sections=("alarms",))
     for part in parts:
         reloader.register(type(part).__name__, _section_reloader(part.reload, "bridge"),
                           sections=("bridge",))

@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     enroll.add_argument("--give-up-after", type=float, metavar="SECONDS",
                         help="stop trying after this long (default: keep trying)")
 
+    from outpost import history_command  # (small: the history reader and its answer)
+
+    history_command.add_parser(sub, DEFAULT_CONFIG)
+
     db = sub.add_parser("db", help="inspect, back up or compact the store "
                         "(all but vacuum safe on a live broker)")
     db_sub = db.add_subparsers(dest="db_command", required=True)
@@ -378,6 +382,21 @@ def cmd_db(args: argparse.Namespace) -> int:
     return run_db_command(args.db_command, state_dir, args)
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    """`outpost history POINT...`: read the history file of the state directory."""
+    from outpost import history_command
+
+    state_dir = args.state_dir
+    if state_dir is None:
+        try:
+            config = load_config(config_path(args.config))
+        except ConfigError as exc:
+            _print_config_errors(exc)
+            return 2
+        state_dir = config.storage.state_dir or DEFAULT_STATE_DIR
+    return history_command.run(args, state_dir)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """`outpost status`: fetch /status from the running gateway and print a summary."""
     import json
@@ -575,6 +594,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {
         "run": cmd_run, "check-config": cmd_check_config, "demo": cmd_demo, "db": cmd_db,
         "passwd": cmd_passwd,
+        "history": cmd_history,
         "status": cmd_status,
         "modbus": cmd_modbus,
         "opcua": cmd_opcua,

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from bridge.alarms.config import AlarmsConfig
 from bridge.config import BridgeConfig
 from bridge.homeassistant.config import HomeAssistantConfig
 from bridge.sparkplug.config import SparkplugConfig, sparkplug_id
@@ -29,6 +30,7 @@ from outpost.certificate_watch import CertificateConfig
 from outpost.remote_config_document import RemoteConfigConfig
 from outpost.update_command import RemoteUpdateConfig
 from storage.config import StorageConfig
+from storage.history.config import HistoryConfig
 
 __all__ = ["Config", "ConfigError", "ConsoleConfig", "StatusConfig", "load_config",
            "parse_config", "secret_warnings"]
@@ -113,9 +115,9 @@ class ConsoleConfig(Section):
     password_file: Path | None = Field(
         default=None, description="console users (`outpost passwd`, the broker's format); "
         "only those given a role in `users` can log in")
-    users: dict[str, Literal["admin", "viewer"]] = Field(
+    users: dict[str, Literal["admin", "operator", "viewer"]] = Field(
         default_factory=dict, description="username -> role: admin changes the configuration, "
-        "viewer only looks")
+        "operator acknowledges alarms and writes points, viewer only looks")
     session_minutes: Annotated[float, Field(gt=0, le=7 * 24 * 60)] = Field(
         default=480, description="a login lasts this long, idle or not")
 
@@ -145,6 +147,20 @@ class Config(BrokerConfig):
     certificate: CertificateConfig = CertificateConfig()
     sparkplug: SparkplugConfig = SparkplugConfig()
     homeassistant: HomeAssistantConfig = HomeAssistantConfig()
+    history: HistoryConfig = HistoryConfig()
+    alarms: AlarmsConfig = AlarmsConfig()
+
+    @field_validator("alarms")
+    @classmethod
+    def _alarm_points(cls, value: AlarmsConfig, info: ValidationInfo) -> AlarmsConfig:
+        bridge = info.data.get("bridge")
+        if bridge is not None and value.rules:
+            points = {d.name: {p.name for p in d.describe().points}
+                      for d in bridge.device_configs()}
+            problems = value.unknown_points(points)
+            if problems:
+                raise ValueError("; ".join(problems))
+        return value
 
     @field_validator("sparkplug")
     @classmethod

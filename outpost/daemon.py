@@ -49,6 +49,7 @@ from outpost.config import Config, StatusConfig
 from outpost.reload import Reloader, broker_reloader, hook_reloaders
 from outpost.status import StatusBoard, summary_line
 from outpost.status_http import StatusEndpoint, StatusServer, StoreFiles
+from storage.history.reader import HistoryReader
 
 log = logging.getLogger("outpost.daemon")
 
@@ -281,6 +282,7 @@ class Daemon:
         self.endpoint: Callable[[StatusBoard, StatusConfig], StatusEndpoint] = \
             StatusServer.for_config
         self.status_address: tuple[str, int] | None = None
+        self.history: HistoryReader | None = None  # point history (outpost/history.py)
         self.watchdog_every = watchdog_interval()
         self.watchdog_pings = 0
         self._watchdog: asyncio.TimerHandle | None = None

@@ -1,4 +1,5 @@
-"""The status endpoint: `/` (the status page), `/status` (JSON) and `/metrics` (Prometheus).
+"""The status endpoint: `/` (the status page), `/status` (JSON) and `/metrics` (Prometheus),
+and `/history.json` (point history: outpost/history_api.py's answer, docs/history.md).
 
 How this works: a plain asyncio stream server (no web framework: one short request per
 connection, `Connection: close`) bound to `[status] bind`, 127.0.0.1 by default so it stays
@@ -34,6 +35,7 @@ import logging
 import math
 import os
 import ssl
+import time
 from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
@@ -47,8 +49,11 @@ from prometheus_client.registry import Collector
 from gateway.broker.contracts.auth import PasswordDB
 from gateway.broker.contracts.passwords import parse_password_text
 from outpost.config import StatusConfig
+from outpost.history_api import HistoryRequestError, history_answer
 from outpost.http_guard import PeerSlots, peer_address
 from outpost.status import StatusBoard
+from storage.history.reader import HistoryReader
+from storage.history.schema import HistoryFileError
 
 log = logging.getLogger("outpost.status")
 
@@ -333,8 +338,10 @@ class StatusServer:
     """`/`, `/status`, `/metrics` over asyncio streams."""
 
     def __init__(self, board: StatusBoard, users: PasswordDB | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None,
+                 history: HistoryReader | None = None) -> None:
         self.board = board
+        self.history = history  # /history.json (outpost/history_api.py); None: history is off
         self.registry = metrics_registry(board)
         self.page = status_page()
         self.users = users
@@ -346,9 +353,10 @@ class StatusServer:
         self.refused = 0  # requests answered 401
 
     @classmethod
-    def for_config(cls, board: StatusBoard, config: StatusConfig) -> StatusServer:
+    def for_config(cls, board: StatusBoard, config: StatusConfig,
+                   history: HistoryReader | None = None) -> StatusServer:
         """The server `[status]` asks for (its files were checked when the config loaded)."""
-        return cls(board, status_users(config), tls_context(config))
+        return cls(board, status_users(config), tls_context(config), history)
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         self.server = await asyncio.start_server(self._serve, host, port, limit=MAX_HEAD,
@@ -426,6 +434,9 @@ class StatusServer:
             elif url.path == "/metrics":
                 body = generate_latest(self.registry)
                 await self._send(writer, 200, PROMETHEUS_TYPE, body, None, head_only)
+            elif url.path == "/history.json":
+                code, kind, body = await self._history(url.query)
+                await self._send(writer, code, kind, body, None, head_only)
             else:
                 await self._send(writer, 404, "text/plain", b"not found: try /, /status or "
                                  b"/metrics\n", None, head_only)
@@ -434,6 +445,22 @@ class StatusServer:
         except Exception:
             log.exception("status endpoint: %s %s failed", method, url.path)
             await self._send(writer, 500, "text/plain", b"internal error (see the log)\n")
+
+    async def _history(self, query: str) -> tuple[int, str, bytes]:
+        """`/history.json?point=dev/p&since=-1h...`: read on a worker thread (a long range
+        takes a while and must not hold the event loop)."""
+        if self.history is None:
+            return 404, "text/plain", b"point history is off ([history] enabled = false, or " \
+                b"no state directory)\n"
+        params: dict[str, str | list[str]] = dict(parse_qs(query))
+        now_ms = int(time.time() * 1000)
+        try:
+            answer = await asyncio.to_thread(history_answer, self.history, params, now_ms)
+        except HistoryRequestError as exc:
+            return 400, "text/plain", f"{exc}\n".encode()
+        except HistoryFileError as exc:
+            return 503, "text/plain", f"{exc}\n".encode()
+        return 200, "application/json", json.dumps(answer, separators=(",", ":")).encode()
 
     async def _authorized(self, head: bytes) -> bool:
         """Does the request carry Basic credentials of a user in the password file?"""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import re
 import secrets
 from collections import OrderedDict
 from collections.abc import Callable
@@ -40,7 +41,10 @@ from outpost.console.throttle import LoginGate
 from outpost.status_http import check_password
 
 ADMIN = "admin"
+OPERATOR = "operator"  # acknowledges and shelves alarms, writes points; changes no configuration
 VIEWER = "viewer"
+#: the POSTs an operator may make (an admin may make every one, a viewer none but logging out)
+OPERATOR_POSTS = re.compile(r"/console/devices/[^/]+/write|/console/alarms/[^/]+/(ack|shelve)")
 MAX_SESSIONS_PER_USER = 8
 THROTTLE_BASE = 0.5  # seconds after the first failure, doubling
 THROTTLE_MAX = 8.0
@@ -110,6 +114,15 @@ class Session:
     @property
     def can_change(self) -> bool:
         return self.role == ADMIN
+
+    @property
+    def can_operate(self) -> bool:
+        """Acknowledge and shelve alarms, write points."""
+        return self.role in (ADMIN, OPERATOR)
+
+    def may_post(self, path: str) -> bool:
+        """May this session's role make a POST to `path` (logging out aside)?"""
+        return self.can_change or (self.can_operate and OPERATOR_POSTS.fullmatch(path) is not None)
 
     def csrf_ok(self, token: str | None) -> bool:
         return token is not None and same_token(token, self.csrf)

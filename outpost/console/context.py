@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from bridge.alarms.service import AlarmService
 from bridge.runtime import Bridge
 from gateway.base.settings import ConfigError
 from gateway.broker.engine.broker import Broker
@@ -48,6 +49,7 @@ class Console:
     config: Callable[[], Config]
     reload: Callable[[], bool]
     secure: bool  # cookies only over HTTPS
+    alarms: AlarmService | None = None  # (bridge/alarms/service.py; runs with the bridge)
 
     @property
     def gateway_id(self) -> str:
@@ -87,8 +89,10 @@ def render(request: web.Request, title: str, body: str, active: str = "", status
     console = request.app[CONSOLE]
     session = session_of(request)
     notice, session.notice = session.notice, ""
+    unacked = console.alarms.unacknowledged() if console.alarms is not None else 0
     text = frame(title, body, user=session.user, role=session.role, active=active,
-                 gateway=console.gateway_id, csrf=session.csrf, notice=notice, error=error)
+                 gateway=console.gateway_id, csrf=session.csrf, notice=notice, error=error,
+                 alarms=unacked)
     return web.Response(text=text, content_type="text/html", status=status)
 
 

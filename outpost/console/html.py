@@ -2,10 +2,11 @@
 
 How this works: pages are rendered on the server as plain strings; every value that comes
 from the configuration, the devices or the user goes through `esc` (or `attr`). The frame
-links one stylesheet and one script, both served by the console itself
-(outpost/console/static/), so nothing is fetched from elsewhere and the Content-Security-Policy
-can forbid inline code. Forms that change something carry the session's CSRF token
-(`csrf_input`); a viewer gets the same pages without their forms (`can_change`).
+links one stylesheet and two scripts (charts.js loads the vendored uPlot where a chart is),
+all served by the console itself (outpost/console/static/), so nothing is fetched from
+elsewhere and the Content-Security-Policy can forbid inline code. Forms that change something
+carry the session's CSRF token (`csrf_input`); a viewer gets the same pages without their
+forms (`can_change`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 NAV = (("overview", "/console/"), ("devices", "/console/devices"),
-       ("uplink", "/console/uplink"), ("broker", "/console/broker"),
-       ("history", "/console/history"))
+       ("alarms", "/console/alarms"), ("uplink", "/console/uplink"),
+       ("broker", "/console/broker"), ("history", "/console/history"))
 
 
 def esc(value: object) -> str:
@@ -33,13 +34,17 @@ def csrf_input(token: str) -> str:
 
 def frame(title: str, body: str, *, user: str | None = None, role: str | None = None,
           active: str = "", gateway: str = "", csrf: str = "", notice: str = "",
-          error: str = "") -> str:
-    """A whole page: header with navigation and user, a notice or error line, the body."""
+          error: str = "", alarms: int = 0) -> str:
+    """A whole page: header with navigation and user, a notice or error line, the body
+    (`alarms`: the unacknowledged alarms, counted beside the alarms link; alarms.js keeps
+    the count current)."""
     nav = ""
     account = ""
     if user is not None:
+        count = (f'<span class="count" id="alarm-count"{"" if alarms else " hidden"}>'
+                 f"{alarms}</span>")
         nav = "".join(f'<a href="{href}"{" class=active" if name == active else ""}>'
-                      f"{name}</a>" for name, href in NAV)
+                      f'{name}{count if name == "alarms" else ""}</a>' for name, href in NAV)
         account = (f'<form method="post" action="/console/logout" class="account">'
                    f"{csrf_input(csrf)}<span>{esc(user)} · {esc(role)}</span>"
                    f'<button type="submit" class="link">log out</button></form>')
@@ -53,7 +58,9 @@ def frame(title: str, body: str, *, user: str | None = None, role: str | None = 
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)} · outpost</title>"
         '<link rel="stylesheet" href="/console/static/console.css">'
-        '<script src="/console/static/console.js" defer></script></head><body>'
+        '<script src="/console/static/console.js" defer></script>'
+        '<script src="/console/static/charts.js" defer></script>'
+        '<script src="/console/static/alarms.js" defer></script></head><body>'
         f'<header><h1>outpost · {esc(gateway)}</h1><nav>{nav}</nav>{account}</header>'
         f"{banner}<main><h2>{esc(title)}</h2>{body}</main></body></html>"
     )

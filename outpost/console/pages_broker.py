@@ -96,7 +96,7 @@ async def broker_page(request: web.Request, errors: dict[str, str] | None = None
                  + field("password", "password", "", errors, kind="password")
                  + field("role", "console role", "", errors,
                          options=[("", "unchanged"), ("viewer", "viewer"),
-                                  ("admin", "admin")])
+                                  ("operator", "operator"), ("admin", "admin")])
                  + field("delete", "delete the user", "", errors, kind="checkbox")
                  + '</div><div class="actions"><button type="submit" id="save-user">save'
                  "</button></div></form>")

@@ -1,6 +1,7 @@
 """The devices pages of every family: the list, one device's page (live values, settings,
-deadbands, writes, disable, removal), and the live value stream. Adding and editing a device
-(its family's form, the probe) are in outpost/console/pages_forms.py.
+deadbands, writes, disable, removal, the history chart of outpost/console/pages_history.py),
+and the live value stream. Adding and editing a device (its family's form, the probe) are in
+outpost/console/pages_forms.py.
 
 How this works: the pages know the families only through bridge/catalog.py: a device is
 found by its name in every family's list of the running configuration, shown with the keys
@@ -16,6 +17,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -45,6 +47,7 @@ from outpost.console.html import (
     value_text,
 )
 from outpost.console.pages_forms import catalog, device_of, form_dict
+from outpost.console.pages_history import chart_section
 
 log = logging.getLogger("outpost.console")
 KEEPALIVE = 15.0  # seconds between two keepalive lines of an idle event stream
@@ -153,7 +156,7 @@ async def device_page(request: web.Request, errors: Mapping[str, str] | None = N
         if deadbands and session.can_change and point.name in own:
             deadband = cell_input(f"deadband.{point.name}", point.deadband or "", errors, size=6)
         write = ""
-        if getattr(point, "writable", False) and session.can_change:  # forms cannot nest
+        if getattr(point, "writable", False) and session.can_operate:  # forms cannot nest
             ident = f"write-{point.name}"
             write = (f'<input name="value" size="6"{attr("form", ident)}>'
                      f'<button type="submit"{attr("form", ident)}{attr("id", ident + "-button")}'
@@ -161,7 +164,8 @@ async def device_page(request: web.Request, errors: Mapping[str, str] | None = N
             writes.append(f'<form method="post" action="/console/devices/{esc(device.name)}/'
                           f'write"{attr("id", ident)}>{csrf_input(session.csrf)}'
                           f'<input type="hidden" name="point"{attr("value", point.name)}></form>')
-        rows.append([esc(point.name), " ".join(esc(getattr(point, k, "")) for k in spec.where),
+        chart = f'<a{attr("href", f"?chart={quote(point.name)}#chart")}>{esc(point.name)}</a>'
+        rows.append([chart, " ".join(esc(getattr(point, k, "")) for k in spec.where),
                      f'<span class="value"{attr("data-live", key)}>{esc(value)}</span>',
                      deadband, write])
     points = table(("point", "where", "value", "deadband", "write"), rows, "no points",
@@ -187,8 +191,10 @@ async def device_page(request: web.Request, errors: Mapping[str, str] | None = N
                 + _enabled_button(path, device.enabled, session.csrf)
                 + button_form(f"{path}/remove", "remove this device", session.csrf,
                               css="danger") + "".join(writes))
-    else:
-        body = info + points
+    else:  # an operator's write forms; a viewer has none
+        body = info + points + "".join(writes)
+    body += chart_section(device.name, [p.name for p in device.points],
+                          request.query.getall("chart", []))
     body = f'<div{attr("data-live-device", device.name)}>{body}</div>'
     return render(request, f"device {device.name}", body, "devices")
 

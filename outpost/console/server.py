@@ -9,7 +9,8 @@ address, same TLS, same loopback rule) and serves both:
 - the console under `/console/`: nothing but `/console/login` and `/console/static/*` before a
   login; every other path needs a session cookie (a page redirects to the login, anything else
   gets 401). Every POST needs the session's CSRF token, and every POST but logging out needs
-  the admin role (a viewer gets 403), and a POST whose `Origin` (or, without one, `Referer`)
+  the admin role (a viewer gets 403; an operator may acknowledge and shelve alarms and write
+  points, `Session.may_post`), and a POST whose `Origin` (or, without one, `Referer`)
   is another site's is refused (403) whatever it carries. A body that is not valid form data
   (bad UTF-8, an unknown charset) is a 400 before any handler runs. Every answer, errors and
   404s included, carries a Content-Security-Policy that allows only the console's own script
@@ -38,12 +39,20 @@ from urllib.parse import quote, urlsplit
 from aiohttp import web
 from prometheus_client import generate_latest
 
+from bridge.alarms.service import AlarmService
 from bridge.runtime import Bridge
 from gateway.broker.contracts.auth import PasswordDB
 from gateway.broker.engine.broker import Broker
 from outpost.config import Config
 from outpost.config_store import ConfigStore
-from outpost.console import pages_admin, pages_broker, pages_devices, pages_forms
+from outpost.console import (
+    pages_admin,
+    pages_alarms,
+    pages_broker,
+    pages_devices,
+    pages_forms,
+    pages_history,
+)
 from outpost.console.auth import THROTTLE_MAX, Accounts, Sessions, TooManyAttemptsError, same_token
 from outpost.console.changes import ConfigFile
 from outpost.console.context import CONSOLE, Console, session_of
@@ -86,6 +95,7 @@ class ConsoleParts:
     state_dir: Path  # where the configuration store keeps the versions
     config: Callable[[], Config]  # the running configuration
     reload: Callable[[], bool]  # the SIGHUP path: re-read the file, apply; False if refused
+    alarms: AlarmService | None = None
 
 
 class ConsoleServer:
@@ -102,7 +112,8 @@ class ConsoleServer:
             file=ConfigFile(parts.config_path, ConfigStore(parts.config_path, parts.state_dir)),
             accounts=Accounts(config.console),
             sessions=Sessions(config.console.session_minutes * 60, time.monotonic),
-            config=parts.config, reload=parts.reload, secure=self.tls is not None)
+            config=parts.config, reload=parts.reload, secure=self.tls is not None,
+            alarms=parts.alarms)
         self.registry = metrics_registry(parts.board)
         self.page = status_page()
         self.runner: web.AppRunner | None = None
@@ -126,6 +137,8 @@ class ConsoleServer:
         pages_devices.add_routes(app.router)
         pages_admin.add_routes(app.router)
         pages_broker.add_routes(app.router)
+        pages_alarms.add_routes(app.router)
+        pages_history.add_routes(app.router)
         return app
 
     def reload(self, config: Config) -> None:
@@ -205,7 +218,7 @@ class ConsoleServer:
                 log.warning("console: %s %s refused: no valid CSRF token", session.user,
                             request.path, extra={"console_user": session.user})
                 return web.Response(status=403, text="refused: missing or wrong CSRF token\n")
-            if request.path != "/console/logout" and not session.can_change:
+            if request.path != "/console/logout" and not session.may_post(request.path):
                 log.warning("console: %s %s refused: read-only user", session.user,
                             request.path, extra={"console_user": session.user})
                 return web.Response(status=403, text="refused: your role is read-only\n")

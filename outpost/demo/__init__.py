@@ -43,7 +43,8 @@ GATEWAY_ID = "demo-gw"
 CLOUD_PREFIX = "outpost/demo/"
 #: what the lander subscribes to: the devices' data, the uplink's diagnostics and the gateway
 #: status (the uplink's defaults for the last two)
-LANDER_TOPICS = (CLOUD_PREFIX + "#", "outpost-diagnostics/+", "outpost-status/+")
+LANDER_TOPICS = (CLOUD_PREFIX + "#", "outpost-diagnostics/+", "outpost-status/+",
+                 "outpost-alarms/#")  # (and the alarms' transitions: the uplink's default too)
 WORK_SUBDIRS = ("state", "cloud-state", "bronze", "tables", "logs", "tty", "config")
 
 
@@ -145,6 +146,8 @@ def gateway_config(ports: Ports, tty: Path | None, bridge: bool = True) -> str:
                 f"scale = {scale}",
                 "precision = 2",
             ]
+            if (unit, name) == (1, "power"):  # one-minute windows beside its raw values
+                lines.append('aggregate = "1m"')
     if tty is not None:
         lines += [
             "[[bridge.serial]]",
@@ -165,6 +168,16 @@ def gateway_config(ports: Ports, tty: Path | None, bridge: bool = True) -> str:
             'report = "poll" },',
             "]",
         ]
+    # An alarm the simulator crosses: meter-1's current swings 5.3-7.7 A every ~19 s.
+    lines += [
+        "[[alarms.rules]]",
+        'name = "meter-1-current-high"',
+        'point = "meter-1/current"',
+        'kind = "high"',
+        "limit = 7.0",
+        "deadband = 0.2",
+        'severity = "high"',
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -507,6 +520,7 @@ class Demo:
             "uplink_diagnostics_rows": summary["uplink_diagnostics_rows"],
             "status_rows": summary["status_rows"],
             "quarantined": summary["quarantined"],
+            "alarm_occurrences": results.get("alarms", {}).get("occurrences", 0),
             "tables": str(tables),
         })
         return report
@@ -536,6 +550,8 @@ class Demo:
                      f"after {r['cloud_outage_s']:.1f} s)")
             self.say(f"  uplink diagnostics / status rows            "
                      f"{r['uplink_diagnostics_rows']:>8,} / {r['status_rows']:,}")
+            self.say(f"  alarm occurrences (gold/alarms)             "
+                     f"{r['alarm_occurrences']:>8,}   meter-1-current-high raised and cleared")
             verdict = ("OK: nothing lost" if r["missing_seq"] == 0 and r["landed"] >= r["sent"]
                        else "MISSING MESSAGES")
         else:

@@ -9,6 +9,7 @@ function liveValues() {
   const source = new EventSource("/console/live" + (device ? "?device=" + encodeURIComponent(device) : ""));
   source.onmessage = (event) => {
     const data = JSON.parse(event.data);
+    document.dispatchEvent(new CustomEvent("outpost:live", {detail: data})); // charts.js
     if (data.status !== undefined) {
       for (const el of document.querySelectorAll(`[data-live-status="${CSS.escape(data.device)}"]`)) {
         el.textContent = data.status;
