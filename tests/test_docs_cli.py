@@ -246,12 +246,15 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         "python -m cloud_spark silver       --root PATH --out PATH [--prefix P] "
         "[--uplink-topic T] [--late-after-s S] [--full]",
         "python -m cloud_spark rollups      --out PATH [--grains 1m,15m,1h,1d] [--max-hold-s S]",
+        "python -m cloud_spark alarms       --out PATH",
         "python -m cloud_spark availability --out PATH [--expected-interval-s S] "
         "[--gap-factor F]",
         "python -m cloud_spark quality      --out PATH [--range POINT=MIN:MAX …] "
         "[--stuck-after-s S]",
         "python -m cloud_spark health       --out PATH [--window-s S] [--full]",
         "python -m cloud_spark report       --out PATH [--json FILE]",
+        "python -m cloud_spark maintain     --out PATH [--vacuum-hours H] [--no-vacuum] "
+        "[--table NAME …]",
         "python -m cloud_spark all          --root PATH --out PATH [--prefix P] "
         "[--uplink-topic T] [--full]",
     )},
@@ -276,11 +279,14 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         ".venv/bin/python -m bench.cloud.run_bench --rows 10000000 --work /tmp/outpost-bench "
         "[--master local[2]] [--driver-memory SIZE] [--shuffle-partitions 8] "
         "[--new-rows 100000] [--steps plain,silver,rollups,incremental] "
-        "[--conf KEY=VALUE …] [--json FILE]",
+        "[--plain-format delta|parquet] [--conf KEY=VALUE …] [--json FILE]",
         ".venv/bin/python -m bench.cloud.lander_rate [--messages 5000] [--max-inflight 64] "
         "[--roll-seconds 5] [--receive-maximum 1000]",
         ".venv/bin/python -m bench.cloud.history_cost [--history 10000,500000] "
         "[--new-rows 10000]",
+        ".venv/bin/python -m bench.cloud.lander_s3 [--batched] [--backlog 40000] "
+        "[--gateways 100] [--s3-delay-ms 0] [--rounds 1] [--json FILE]",
+        ".venv/bin/python -m bench.cloud.s3_clients [--objects 200] [--threads 8]",
     )},
     ".venv/bin/python -m bench.fleet.run": (NotRunnable(BENCH),),
     ".venv/bin/python -m bench.fleet.run --batched --steps backlog --backlog 400000": (
@@ -396,6 +402,19 @@ COMMANDS: dict[str, tuple[Entry, ...]] = {
         ".venv/bin/python -m bench.storage.reconnect --drain 1000000",
         ".venv/bin/python -m bench.storage.startup",
     )},
+    # docs/history.md
+    "outpost history POINT... [--since T] [--until T] [--step D] [--max-points N] [--json] "
+    "[--state-dir DIR]": (Synopsis(),),
+    **{line: (NotRunnable("needs the history of a gateway whose device 'boiler' has been "
+                          "recorded; tests/outpost/test_history.py runs outpost history "
+                          "against a gateway polling the pymodbus simulator"),)
+       for line in ("outpost history boiler/temp --since=-3m",
+                    "outpost history boiler/temp --since=-24h")},
+    ".venv/bin/python -m bench.history_bench --rates 1000 --warmup 20 --duration 660": (
+        NotRunnable(BENCH),
+    ),
+    ".venv/bin/python -m bench.history_bench --rates 1000,10 --warmup 20 --duration 240 "
+    "--compact-interval 60": (NotRunnable(BENCH),),
 }
 
 DOCUMENTED = documented_commands()
