@@ -371,14 +371,9 @@ def cmd_db(args: argparse.Namespace) -> int:
     """`outpost db stats|sessions|queue|retained|check|vacuum|backup`: thin calls into storage."""
     from storage.sqlite.cli import run as run_db_command
 
-    state_dir = args.state_dir
+    state_dir = _given_state_dir(args)
     if state_dir is None:
-        try:
-            config = load_config(config_path(args.config))
-        except ConfigError as exc:
-            _print_config_errors(exc)
-            return 2
-        state_dir = config.storage.state_dir or DEFAULT_STATE_DIR
+        return 2
     return run_db_command(args.db_command, state_dir, args)
 
 
@@ -386,15 +381,23 @@ def cmd_history(args: argparse.Namespace) -> int:
     """`outpost history POINT...`: read the history file of the state directory."""
     from outpost import history_command
 
-    state_dir = args.state_dir
+    state_dir = _given_state_dir(args)
     if state_dir is None:
-        try:
-            config = load_config(config_path(args.config))
-        except ConfigError as exc:
-            _print_config_errors(exc)
-            return 2
-        state_dir = config.storage.state_dir or DEFAULT_STATE_DIR
+        return 2
     return history_command.run(args, state_dir)
+
+
+def _given_state_dir(args: argparse.Namespace) -> Path | None:
+    """`--state-dir`, else the configuration's state directory (the default one when it
+    names none); None when the configuration is invalid (its errors are printed)."""
+    if args.state_dir is not None:
+        return Path(args.state_dir)
+    try:
+        config = load_config(config_path(args.config))
+    except ConfigError as exc:
+        _print_config_errors(exc)
+        return None
+    return Path(config.storage.state_dir or DEFAULT_STATE_DIR)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

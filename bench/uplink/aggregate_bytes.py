@@ -25,20 +25,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import paho.mqtt.client as mqtt
 
-from bench.bridge.simulator import Simulator
-from bench.compare import free_port
-from bench.uplink.tcp_count import HOST, Counted, CountingProxies
-from bench.uplink.wire_bytes import REPO, load_meter, refresh
+from bench.uplink.tcp_count import HOST
+from bench.uplink.wire_bytes import Site
 from cloud_spark.records import bronze_records
 
 GOAL = 10.0
@@ -113,61 +107,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--meters", type=int, default=3, help="SDM630 meters on the site")
     args = parser.parse_args(argv)
     logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
-    work = Path(tempfile.mkdtemp(prefix="outpost-aggregate-bytes-"))
-    meters = [load_meter(unit) for unit in range(1, args.meters + 1)]
-    names = [name for name, _address, _unit in meters[0].points]
-    point_count = len(names) * args.meters
-    sim = Simulator(units=range(1, args.meters + 1), size=400)
-    sim_port = sim.start()
-    stop = threading.Event()
-    threading.Thread(target=refresh, args=(sim, meters, stop), daemon=True).start()
-    cloud_port = free_port()
-    (work / "mosquitto.conf").write_text(
-        f"listener {cloud_port} {HOST}\nallow_anonymous true\npersistence false\n"
-        "max_queued_messages 0\n")
-    mosquitto = subprocess.Popen(["mosquitto", "-c", str(work / "mosquitto.conf")],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    proxies = CountingProxies()
-    gateways: list[subprocess.Popen[bytes]] = []
-    counted: dict[str, Counted] = {}
     ids: RowIds | None = None
-    try:
-        time.sleep(0.5)
-        ids = RowIds(cloud_port)
-        for name in VARIANTS:
-            counted[name] = proxies.open(cloud_port)
-            config = work / f"{name}.toml"
-            config.write_text(gateway_config(name, sim_port, counted[name].port, args.meters,
-                                             names))
-            log = (work / f"{name}.log").open("wb")
-            gateways.append(subprocess.Popen(
-                [sys.executable, "-m", "outpost", "run", "--listen", f"{HOST}:{free_port()}",
-                 "--config", str(config), "--state-dir", str(work / f"state-{name}")],
-                cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + 150  # the aggregates' first rows: the next minute
-        while len(ids.rows()) < len(VARIANTS):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no rows from some gateways: {ids.rows()}; logs in {work}")
-            time.sleep(0.5)
-        time.sleep((20 - time.time() % 60) % 60)  # 20 s into a minute
-        rows0, bytes0 = ids.rows(), {n: c.snapshot() for n, c in counted.items()}
-        time.sleep(args.minutes * 60)
-        rows1, bytes1 = ids.rows(), {n: c.snapshot() for n, c in counted.items()}
-        time.sleep(3)  # the rows on their way at the end, for the seq count
-        holes = {name: ids.holes(name) for name in VARIANTS}
-        without_id = ids.without_id
-    finally:
-        stop.set()
-        for gateway in gateways:
-            gateway.terminate()
-        for gateway in gateways:
-            gateway.wait(30)
-        if ids is not None:
-            ids.stop()
-        proxies.close()
-        mosquitto.terminate()
-        mosquitto.wait(10)
-        sim.stop()
+    with Site(args.meters, "outpost-aggregate-bytes-") as site:
+        names = [name for name, _address, _unit in site.meters[0].points]
+        point_count = len(names) * args.meters
+        try:
+            ids = RowIds(site.cloud_port)
+            for name in VARIANTS:
+                site.gateway(name, gateway_config(name, site.sim_port, site.proxy(name),
+                                                  args.meters, names))
+            deadline = time.monotonic() + 150  # the aggregates' first rows: the next minute
+            while len(ids.rows()) < len(VARIANTS):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no rows from some gateways: {ids.rows()}; "
+                                       f"logs in {site.work}")
+                time.sleep(0.5)
+            time.sleep((20 - time.time() % 60) % 60)  # 20 s into a minute
+            rows0, bytes0 = ids.rows(), site.bytes()
+            time.sleep(args.minutes * 60)
+            rows1, bytes1 = ids.rows(), site.bytes()
+            time.sleep(3)  # the rows on their way at the end, for the seq count
+            holes = {name: ids.holes(name) for name in VARIANTS}
+            without_id = ids.without_id
+        finally:
+            if ids is not None:
+                ids.stop()
     print(f"site: {args.meters} x SDM630 ({point_count} points polled every 1 s), "
           f"{args.minutes} min window starting 20 s into a minute; batched, MQTT 5")
     print(f"{'gateway':<8} {'rows':>7} {'bytes up':>10} {'bytes down':>10} "
@@ -186,7 +150,6 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "PASS" if ratio >= GOAL and not without_id else "MISS"
     print(f"raw / agg-1m: {ratio:.1f}x ({verdict}; goal >= {GOAL:.0f}x); rows without an id: "
           f"{without_id}")
-    shutil.rmtree(work, ignore_errors=True)
     return 0 if verdict == "PASS" else 1
 
 

@@ -140,6 +140,73 @@ def refresh(sim: Simulator, meters: list[Meter], stop: threading.Event) -> None:
                 sim.set_registers(meter.unit, "input", address, words)
 
 
+class Site:
+    """The measured site: the simulator with `meters` SDM630s changing every second, a cloud
+    mosquitto, and `outpost run` gateways each forwarding through its own counting proxy.
+
+    `with Site(meters, prefix) as site:` starts the simulator and mosquitto; `proxy(name)`
+    opens gateway `name`'s counting proxy (its port is the cloud broker the gateway is given);
+    `gateway(name, config)` starts it; leaving the block stops everything (the working folder
+    stays only when the block raised)."""
+
+    def __init__(self, meters: int, prefix: str) -> None:
+        self.work = Path(tempfile.mkdtemp(prefix=prefix))
+        self.meters = [load_meter(unit) for unit in range(1, meters + 1)]
+        self.sim = Simulator(units=range(1, meters + 1), size=400)
+        self.cloud_port = free_port()
+        self.proxies = CountingProxies()
+        self.counted: dict[str, Counted] = {}
+        self._stop = threading.Event()
+        self._gateways: list[subprocess.Popen[bytes]] = []
+        self._mosquitto: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Site:
+        self.sim_port = self.sim.start()
+        threading.Thread(target=refresh, args=(self.sim, self.meters, self._stop),
+                         daemon=True).start()
+        (self.work / "mosquitto.conf").write_text(
+            f"listener {self.cloud_port} {HOST}\nallow_anonymous true\npersistence false\n"
+            "max_queued_messages 0\n")
+        self._mosquitto = subprocess.Popen(
+            ["mosquitto", "-c", str(self.work / "mosquitto.conf")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # mosquitto's listener (a benchmark, not a test)
+        return self
+
+    def proxy(self, name: str) -> int:
+        """Opens gateway `name`'s counting proxy to the cloud broker; returns its port."""
+        self.counted[name] = self.proxies.open(self.cloud_port)
+        return self.counted[name].port
+
+    def gateway(self, name: str, config: str) -> None:
+        """Starts `outpost run` as gateway `name` with the configuration text `config`."""
+        path = self.work / f"{name}.toml"
+        path.write_text(config)
+        log = (self.work / f"{name}.log").open("wb")
+        self._gateways.append(subprocess.Popen(
+            [sys.executable, "-m", "outpost", "run", "--listen", f"{HOST}:{free_port()}",
+             "--config", str(path), "--state-dir", str(self.work / f"state-{name}")],
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
+
+    def bytes(self) -> dict[str, tuple[int, int]]:
+        """Bytes each gateway's proxy forwarded so far: (up, down)."""
+        return {name: counted.snapshot() for name, counted in self.counted.items()}
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        self._stop.set()
+        for gateway in self._gateways:
+            gateway.terminate()
+        for gateway in self._gateways:
+            gateway.wait(30)
+        self.proxies.close()
+        if self._mosquitto is not None:
+            self._mosquitto.terminate()
+            self._mosquitto.wait(10)
+        self.sim.stop()
+        if kind is None:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="measured window")
@@ -148,57 +215,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--meters", type=int, default=3, help="SDM630 meters on the site")
     args = parser.parse_args(argv)
     logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # its frame dumps are not ours
-    work = Path(tempfile.mkdtemp(prefix="outpost-wire-bytes-"))
-    meters = [load_meter(unit) for unit in range(1, args.meters + 1)]
-    sim = Simulator(units=range(1, args.meters + 1), size=400)
-    sim_port = sim.start()
-    stop = threading.Event()
-    threading.Thread(target=refresh, args=(sim, meters, stop), daemon=True).start()
-    cloud_port = free_port()
-    (work / "mosquitto.conf").write_text(
-        f"listener {cloud_port} {HOST}\nallow_anonymous true\npersistence false\n"
-        "max_queued_messages 0\n")
-    mosquitto = subprocess.Popen(["mosquitto", "-c", str(work / "mosquitto.conf")],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    proxies = CountingProxies()
-    gateways: list[subprocess.Popen[bytes]] = []
-    counted: dict[str, Counted] = {}
     counter: RowCounter | None = None
-    try:
-        time.sleep(0.5)
-        counter = RowCounter(cloud_port)
-        for name, protocol, batched in VARIANTS:
-            counted[name] = proxies.open(cloud_port)
-            config = work / f"{name}.toml"
-            config.write_text(gateway_config(name, protocol, batched, sim_port,
-                                             counted[name].port, args.meters))
-            log = (work / f"{name}.log").open("wb")
-            gateways.append(subprocess.Popen(
-                [sys.executable, "-m", "outpost", "run", "--listen", f"{HOST}:{free_port()}",
-                 "--config", str(config), "--state-dir", str(work / f"state-{name}")],
-                cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + 120  # until every gateway runs and forwards
-        while len(counter.snapshot()) < len(VARIANTS):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no points from some gateways: {counter.snapshot()}; "
-                                   f"logs in {work}")
-            time.sleep(0.5)
-        time.sleep(args.warmup)
-        rows0, bytes0 = counter.snapshot(), {n: c.snapshot() for n, c in counted.items()}
-        time.sleep(args.seconds)
-        rows1, bytes1 = counter.snapshot(), {n: c.snapshot() for n, c in counted.items()}
-    finally:
-        stop.set()
-        for gateway in gateways:
-            gateway.terminate()
-        for gateway in gateways:
-            gateway.wait(30)
-        if counter is not None:
-            counter.stop()
-        proxies.close()
-        mosquitto.terminate()
-        mosquitto.wait(10)
-        sim.stop()
+    with Site(args.meters, "outpost-wire-bytes-") as site:
+        try:
+            counter = RowCounter(site.cloud_port)
+            for name, protocol, batched in VARIANTS:
+                site.gateway(name, gateway_config(name, protocol, batched, site.sim_port,
+                                                  site.proxy(name), args.meters))
+            deadline = time.monotonic() + 120  # until every gateway runs and forwards
+            while len(counter.snapshot()) < len(VARIANTS):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no points from some gateways: {counter.snapshot()}; "
+                                       f"logs in {site.work}")
+                time.sleep(0.5)
+            time.sleep(args.warmup)
+            rows0, bytes0 = counter.snapshot(), site.bytes()
+            time.sleep(args.seconds)
+            rows1, bytes1 = counter.snapshot(), site.bytes()
+        finally:
+            if counter is not None:
+                counter.stop()
     per_point: dict[str, float] = {}
     print(f"site: {args.meters} x SDM630 (profile {PROFILE.name}, polled every 1 s), "
           f"{args.seconds:.0f} s window after {args.warmup:.0f} s warm-up")
@@ -221,7 +257,6 @@ def main(argv: list[str] | None = None) -> int:
             ratio = f"1/{1 / value:.1f} {verdict}"
         print(f"{name:<12} {rows:>7} {up:>10} {down:>10} {per_point[name]:>11.1f} {ratio:>9}")
     print(f"goal: batched <= 1/{1 / GOAL:.0f} of single, per protocol")
-    shutil.rmtree(work, ignore_errors=True)
     return 1 if failed else 0
 
 
