@@ -46,7 +46,8 @@ def device_table(form: Mapping[str, str], spec: FormSpec | None = None
     return device, shared
 
 
-def _array(document: TOMLDocument, section: str, key: str) -> AoT:
+def array_of_tables(document: TOMLDocument, section: str, key: str) -> AoT:
+    """`[[section.key]]` of the document, made (empty) when it is not there yet."""
     table = document.get(section)
     if table is None:
         table = tomlkit.table()
@@ -93,8 +94,8 @@ def add_device_edit(device: dict[str, Any], shared: dict[str, Any] | None,
 
     def edit(document: TOMLDocument) -> None:
         if shared is not None:
-            append_table(_array(document, "bridge", shared_section), _table(shared))
-        append_table(_array(document, "bridge", section), _table(device))
+            append_table(array_of_tables(document, "bridge", shared_section), _table(shared))
+        append_table(array_of_tables(document, "bridge", section), _table(device))
 
     return edit
 
@@ -169,7 +170,7 @@ def replace_device_edit(name: str, section: str, device: Mapping[str, Any],
     def edit(document: TOMLDocument) -> None:
         _, table = find_device(document, name, section)
         if shared is not None:
-            append_table(_array(document, "bridge", shared_section), _table(shared))
+            append_table(array_of_tables(document, "bridge", shared_section), _table(shared))
         for key in shown - set(device):
             table.pop(key, None)
         old = {str(p.get("name")): p for p in table.get("points", [])}

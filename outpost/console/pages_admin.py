@@ -30,7 +30,7 @@ from outpost.console.context import (
     render,
     session_of,
 )
-from outpost.console.devices import append_table, typed
+from outpost.console.devices import append_table, array_of_tables, typed
 from outpost.console.html import (
     button_form,
     cell_input,
@@ -219,15 +219,6 @@ async def uplink_page(request: web.Request, errors: dict[str, str] | None = None
     return render(request, "uplink", body, "uplink")
 
 
-def _forward_rules(document: TOMLDocument) -> Any:
-    uplink = document.get("uplink")
-    if uplink is None:
-        uplink = document["uplink"] = tomlkit.table()
-    if "forward" not in uplink:
-        uplink["forward"] = tomlkit.aot()
-    return uplink["forward"]
-
-
 async def add_forward(request: web.Request) -> web.StreamResponse:
     console = request.app[CONSOLE]
     form = await request.post()
@@ -242,7 +233,7 @@ async def add_forward(request: web.Request) -> web.StreamResponse:
     def edit(document: TOMLDocument) -> None:
         table_ = tomlkit.table()
         table_.update(rule)
-        append_table(_forward_rules(document), table_)
+        append_table(array_of_tables(document, "uplink", "forward"), table_)
 
     errors, general = propose(request, edit, f"add forward rule {rule['filter']}",
                               "/console/uplink", f"uplink.forward.{index}")
@@ -263,7 +254,7 @@ async def edit_forward(request: web.Request) -> web.StreamResponse:
                for key in ("filter", "qos") if f"rules.{index}.{key}" in form}
 
     def edit(document: TOMLDocument) -> None:
-        _forward_rules(document)[index].update(changes)
+        array_of_tables(document, "uplink", "forward")[index].update(changes)
 
     errors, general = propose(request, edit, f"edit forward rule {index}", "/console/uplink",
                               "uplink.forward")
@@ -275,7 +266,7 @@ async def remove_forward(request: web.Request) -> web.StreamResponse:
     index = _rule_index(request)
 
     def edit(document: TOMLDocument) -> None:
-        del _forward_rules(document)[index]
+        del array_of_tables(document, "uplink", "forward")[index]
 
     errors, general = propose(request, edit, f"remove forward rule {index}", "/console/uplink")
     return await uplink_page(request, errors, general)

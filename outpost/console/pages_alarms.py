@@ -25,7 +25,7 @@ from tomlkit.toml_document import TOMLDocument
 from bridge.alarms.config import KINDS, SEVERITIES
 from bridge.alarms.service import AlarmService
 from outpost.console.context import CONSOLE, audit, path_index, propose, render, session_of
-from outpost.console.devices import append_table, typed
+from outpost.console.devices import append_table, array_of_tables, typed
 from outpost.console.html import (
     attr,
     button_form,
@@ -146,15 +146,6 @@ def _definitions(request: web.Request, errors: Mapping[str, str], general: list[
             "</button></div></form>")
 
 
-def _rules(document: TOMLDocument) -> Any:
-    alarms = document.get("alarms")
-    if alarms is None:
-        alarms = document["alarms"] = tomlkit.table()
-    if "rules" not in alarms:
-        alarms["rules"] = tomlkit.aot()
-    return alarms["rules"]
-
-
 async def add_alarm(request: web.Request) -> web.StreamResponse:
     console = request.app[CONSOLE]
     form = await request.post()
@@ -169,7 +160,7 @@ async def add_alarm(request: web.Request) -> web.StreamResponse:
     def edit(document: TOMLDocument) -> None:
         table_ = tomlkit.table()
         table_.update(rule)
-        append_table(_rules(document), table_)
+        append_table(array_of_tables(document, "alarms", "rules"), table_)
 
     errors, general = propose(request, edit, f"add alarm {rule.get('name', '?')}",
                               "/console/alarms", f"alarms.rules.{index}")
@@ -187,7 +178,7 @@ async def remove_alarm(request: web.Request) -> web.StreamResponse:
     name = rules[index].name
 
     def edit(document: TOMLDocument) -> None:
-        del _rules(document)[index]
+        del array_of_tables(document, "alarms", "rules")[index]
 
     errors, general = propose(request, edit, f"remove alarm {name}", "/console/alarms")
     return await alarms_page(request, errors, general)
