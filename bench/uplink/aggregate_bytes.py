@@ -26,14 +26,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import threading
 import time
 
-import paho.mqtt.client as mqtt
-
 from bench.uplink.tcp_count import HOST
-from bench.uplink.wire_bytes import Site
-from cloud_spark.records import bronze_records
+from bench.uplink.wire_bytes import RowIds, Site
 
 GOAL = 10.0
 VARIANTS = ("raw", "agg-1m")
@@ -59,46 +55,6 @@ def gateway_config(name: str, sim_port: int, cloud_port: int, meters: int,
               "[[uplink.forward]]", 'filter = "devices/#"',
               f'topic = {{ strip = "devices/", prefix = "site/{name}/" }}', "batch = {}"]
     return "\n".join(lines) + "\n"
-
-
-class RowIds:
-    """Every row that reaches mosquitto, by gateway: its seq, and whether it had an id."""
-
-    def __init__(self, port: int) -> None:
-        self.seqs: dict[str, list[int]] = {}
-        self.without_id = 0
-        self.lock = threading.Lock()
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
-        self.client.on_message = self._on_message
-        self.client.connect(HOST, port)
-        self.client.subscribe("site/#", qos=0)
-        self.client.loop_start()
-
-    def _on_message(self, client: mqtt.Client, userdata: object,
-                    message: mqtt.MQTTMessage) -> None:
-        props = getattr(message.properties, "UserProperty", None)
-        records = bronze_records(remote_topic=message.topic, payload=message.payload,
-                                 user_properties=props, ingest_ms=0, lander_id="bench")
-        with self.lock:
-            for record in records:
-                if record["gateway"] is None or record["epoch"] is None or record["seq"] is None:
-                    self.without_id += 1
-                    continue
-                self.seqs.setdefault(str(record["gateway"]), []).append(int(record["seq"]))
-
-    def rows(self) -> dict[str, int]:
-        with self.lock:
-            return {gateway: len(seqs) for gateway, seqs in self.seqs.items()}
-
-    def holes(self, gateway: str) -> int:
-        """Seq numbers missing between the first and the last row (duplicates ignored)."""
-        with self.lock:
-            seen = set(self.seqs.get(gateway, []))
-        return (max(seen) - min(seen) + 1 - len(seen)) if seen else 0
-
-    def stop(self) -> None:
-        self.client.loop_stop()
-        self.client.disconnect()
 
 
 def main(argv: list[str] | None = None) -> int:

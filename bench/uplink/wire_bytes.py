@@ -100,11 +100,12 @@ def gateway_config(name: str, protocol: int, batched: bool, sim_port: int, cloud
     return "\n".join(lines) + "\n"
 
 
-class RowCounter:
-    """Counts the rows that reach mosquitto, per gateway, with the lander's own decoding."""
+class RowIds:
+    """Every row that reaches mosquitto, by gateway: its seq, and whether it had an id."""
 
     def __init__(self, port: int) -> None:
-        self.rows: dict[str, int] = {}
+        self.seqs: dict[str, list[int]] = {}
+        self.without_id = 0
         self.lock = threading.Lock()
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
         self.client.on_message = self._on_message
@@ -119,12 +120,20 @@ class RowCounter:
                                  user_properties=props, ingest_ms=0, lander_id="bench")
         with self.lock:
             for record in records:
-                gateway = str(record["gateway"])
-                self.rows[gateway] = self.rows.get(gateway, 0) + 1
+                if record["gateway"] is None or record["epoch"] is None or record["seq"] is None:
+                    self.without_id += 1
+                    continue
+                self.seqs.setdefault(str(record["gateway"]), []).append(int(record["seq"]))
 
-    def snapshot(self) -> dict[str, int]:
+    def rows(self) -> dict[str, int]:
         with self.lock:
-            return dict(self.rows)
+            return {gateway: len(seqs) for gateway, seqs in self.seqs.items()}
+
+    def holes(self, gateway: str) -> int:
+        """Seq numbers missing between the first and the last row (duplicates ignored)."""
+        with self.lock:
+            seen = set(self.seqs.get(gateway, []))
+        return (max(seen) - min(seen) + 1 - len(seen)) if seen else 0
 
     def stop(self) -> None:
         self.client.loop_stop()
@@ -215,23 +224,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--meters", type=int, default=3, help="SDM630 meters on the site")
     args = parser.parse_args(argv)
     logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # its frame dumps are not ours
-    counter: RowCounter | None = None
+    counter: RowIds | None = None
     with Site(args.meters, "outpost-wire-bytes-") as site:
         try:
-            counter = RowCounter(site.cloud_port)
+            counter = RowIds(site.cloud_port)
             for name, protocol, batched in VARIANTS:
                 site.gateway(name, gateway_config(name, protocol, batched, site.sim_port,
                                                   site.proxy(name), args.meters))
             deadline = time.monotonic() + 120  # until every gateway runs and forwards
-            while len(counter.snapshot()) < len(VARIANTS):
+            while len(counter.rows()) < len(VARIANTS):
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"no points from some gateways: {counter.snapshot()}; "
+                    raise RuntimeError(f"no points from some gateways: {counter.rows()}; "
                                        f"logs in {site.work}")
                 time.sleep(0.5)
             time.sleep(args.warmup)
-            rows0, bytes0 = counter.snapshot(), site.bytes()
+            rows0, bytes0 = counter.rows(), site.bytes()
             time.sleep(args.seconds)
-            rows1, bytes1 = counter.snapshot(), site.bytes()
+            rows1, bytes1 = counter.rows(), site.bytes()
         finally:
             if counter is not None:
                 counter.stop()
