@@ -43,10 +43,6 @@ class AlarmsParams:
     """Parameters of the alarms job (none yet: it always rebuilds)."""
 
 
-def _date_of_ms(ms: Column) -> Column:
-    return F.date_from_unix_date(F.floor(ms / F.lit(86_400_000)).cast("int"))
-
-
 def unique_transitions(events: DataFrame) -> DataFrame:
     """One row per (gateway, alarm, transition): the earliest landed copy."""
     order = Window.partitionBy(*NATURAL_KEY).orderBy("ingest_ms", "epoch", "seq")
@@ -76,7 +72,7 @@ def alarm_events(parsed: DataFrame) -> DataFrame:
         "received_ms",
         "ingest_ms",
         "copies",
-        _date_of_ms(ts).alias("event_date"),
+        sp.date_of_ms(ts).alias("event_date"),
     )
     return unique_transitions(selected)
 

@@ -54,7 +54,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from cloud_spark import contract as c
 from cloud_spark import tables
 from cloud_spark.jobs import manifest as mf
-from cloud_spark.jobs.silver import date_of_ms
+from cloud_spark.jobs.silver_parse import date_of_ms
 
 DAY_MS = 86_400_000
 DEVICE = ["gateway", "device"]

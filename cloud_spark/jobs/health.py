@@ -36,7 +36,7 @@ from pyspark.sql.window import WindowSpec
 from cloud_spark import tables
 from cloud_spark.jobs import manifest as mf
 from cloud_spark.jobs.lookback import DAY_MS, ORDER, dates_of, in_days, latest_before
-from cloud_spark.jobs.silver import date_of_ms
+from cloud_spark.jobs.silver_parse import date_of_ms
 
 COUNTERS = ("requests", "timeouts", "crc_errors", "exceptions", "stale_frames")
 DEVICE = ["gateway", "device"]

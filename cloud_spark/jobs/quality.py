@@ -44,7 +44,7 @@ from cloud_spark import contract as c
 from cloud_spark import tables
 from cloud_spark.jobs import manifest as mf
 from cloud_spark.jobs.lookback import ORDER, in_days, latest_before
-from cloud_spark.jobs.silver import date_of_ms
+from cloud_spark.jobs.silver_parse import date_of_ms
 
 SERIES = ["gateway", "device", "point"]
 STREAM = ["gateway", "epoch"]

@@ -44,7 +44,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from cloud_spark import tables
 from cloud_spark.jobs import manifest as mf
 from cloud_spark.jobs import silver_aggregates as sa
-from cloud_spark.jobs.silver import date_of_ms
+from cloud_spark.jobs.silver_parse import date_of_ms
 
 SERIES = ["gateway", "device", "point"]
 

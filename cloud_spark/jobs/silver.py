@@ -46,6 +46,7 @@ from cloud_spark.jobs import silver_aggregates as sa
 from cloud_spark.jobs import silver_merge as sm
 from cloud_spark.jobs import silver_parse as sp
 from cloud_spark.jobs.alarms import alarm_events
+from cloud_spark.jobs.silver_parse import date_of_ms
 
 ID = sm.ID
 
@@ -70,11 +71,6 @@ class SilverParams:
     relist_days: int = 1
     #: reprocess all of bronze and replace every table (``--full``)
     full: bool = False
-
-
-def date_of_ms(ms: Column) -> Column:
-    """UTC calendar date of an epoch-millisecond column (independent of the session zone)."""
-    return F.date_from_unix_date(F.floor(ms / F.lit(86_400_000)).cast("int"))
 
 
 def ts_of_ms(ms: Column) -> Column:

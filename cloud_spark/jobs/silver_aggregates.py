@@ -36,10 +36,6 @@ SERIES = ["gateway", "device", "point"]
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000}
 
 
-def _date_of_ms(ms: Column) -> Column:
-    return F.date_from_unix_date(F.floor(ms / F.lit(86_400_000)).cast("int"))
-
-
 def window_ms_of(column: str) -> Column:
     """The window named in string column `column` (``"1m"``) in ms; null when it is not
     a whole number and ``s``, ``m`` or ``h``."""
@@ -77,7 +73,7 @@ def aggregates(parsed: DataFrame) -> DataFrame:
         "received_ms",
         "ingest_ms",
         "copies",
-        _date_of_ms(start).alias("event_date"),
+        sp.date_of_ms(start).alias("event_date"),
     )
 
 
@@ -129,7 +125,7 @@ def rollups_from_aggregates(aggs: DataFrame, grains: dict[str, int]) -> DataFram
             F.when(F.col("covered") > 0, F.col("weighted") / F.col("covered")).alias("twa"),
             F.coalesce(F.col("covered") / 1000.0, F.lit(0.0)).alias("covered_s"),
             F.lit(name).alias("grain"),
-            _date_of_ms(F.col("window_ms_g")).alias("window_date"),
+            sp.date_of_ms(F.col("window_ms_g")).alias("window_date"),
         ))
     result = frames[0]
     for frame in frames[1:]:

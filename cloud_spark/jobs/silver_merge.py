@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
 from cloud_spark import tables
+from cloud_spark.jobs.silver_parse import date_of_ms
 
 ID = ["gateway", "epoch", "seq"]
 
@@ -62,7 +63,7 @@ def resolve(existing: DataFrame, new: DataFrame) -> DataFrame:
     both = old.join(fresh, ID)
     earlier = F.col("_n_ingest") < F.col("_e_ingest")
     tie_smaller = (F.col("_n_ingest") == F.col("_e_ingest")) & (F.col("_n_hash") < F.col("_e_hash"))
-    old_day = F.date_from_unix_date(F.floor(F.col("_e_ingest") / F.lit(86_400_000)).cast("int"))
+    old_day = date_of_ms(F.col("_e_ingest"))
     return both.select(
         *ID,
         (earlier | tie_smaller).alias("_new_wins"),

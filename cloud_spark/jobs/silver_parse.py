@@ -31,6 +31,12 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from cloud_spark import contract as c
 
+
+def date_of_ms(ms: Column) -> Column:
+    """UTC calendar date of an epoch-millisecond column (independent of the session zone)."""
+    return F.date_from_unix_date(F.floor(ms / F.lit(86_400_000)).cast("int"))
+
+
 KIND_POINT = "point"
 KIND_STATUS = "status"
 KIND_DEVICE_DIAGNOSTICS = "device_diagnostics"
