@@ -160,6 +160,18 @@ class Site:
         self.simulator.stop()
 
 
+def log_in(driver: Any, console: str, user: str, password: str) -> None:
+    """Log `driver` in on the console at `console` (its URL, ending in /console/) and wait
+    until a page of a logged-in user is shown: its account form (the login page has the
+    same header and an empty nav, so waiting for the header alone races the POST)."""
+    driver.get(console + "login")
+    driver.find_element(By.NAME, "username").send_keys(user)
+    driver.find_element(By.NAME, "password").send_keys(password)
+    driver.find_element(By.ID, "login").click()
+    wait(lambda: driver.find_elements(By.CSS_SELECTOR, "header form.account"), 15,
+         f"{user} is not logged in on {driver.current_url}")
+
+
 class Browser:
     """Headless Chromium on the console."""
 
@@ -192,10 +204,7 @@ class Browser:
         self.find(selector).click()
 
     def login(self, console: str) -> None:
-        self.open(console + "login")
-        self.fill({"username": ADMIN[0], "password": ADMIN[1]})
-        self.click("#login")
-        self.find("header nav")
+        log_in(self.driver, console, *ADMIN)
 
     def add_meter(self, console: str, name: str, unit: int, probe: bool = True) -> None:
         """Fill the add-device form for an SDM630 and stop at the review page."""

@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 from bench.bridge.simulator import Simulator
+from bench.console_site import log_in
 from gateway.broker.net.security_files import set_password
 from outpost.console import (
     pages_admin,
@@ -227,12 +228,7 @@ def test_the_lifecycle_in_the_browser(site: AlarmSite, tmp_path: Path) -> None:
         return look(lambda: buttons and (buttons[0].click() or True))
 
     try:
-        driver.get(site.outpost.url("/console/login"))
-        driver.find_element(By.NAME, "username").send_keys("olga")
-        driver.find_element(By.NAME, "password").send_keys(PASSWORDS["olga"])
-        driver.find_element(By.ID, "login").click()
-        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "header nav"), 15,
-                 message="logged in")
+        log_in(driver, site.outpost.url("/console/"), "olga", PASSWORDS["olga"])
         driver.get(site.outpost.url("/console/alarms"))
         wait_for(lambda: state_is("normal"), 15, message="normal, on the page")
         before = len(site.events())

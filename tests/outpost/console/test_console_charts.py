@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from bench.bridge.simulator import Simulator
+from bench.console_site import log_in
 from gateway.broker.net.security_files import set_password
 from storage.history.config import HistoryConfig
 from storage.history.store import HistoryStore
@@ -263,11 +264,7 @@ def test_the_chart_draws_what_the_gateway_published(
              message="the history never held every published value")
 
     # the device page's chart: the last hour, raw, exactly the published values
-    browser.get(gateway.url("/console/login"))
-    browser.find_element(By.NAME, "username").send_keys("admin")
-    browser.find_element(By.NAME, "password").send_keys(PASSWORDS["admin"])
-    browser.find_element(By.ID, "login").click()
-    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "header nav"), 15)
+    log_in(browser, gateway.url("/console/"), "admin", PASSWORDS["admin"])
     browser.get(gateway.url("/console/devices/plc"))
     state = loads_after(browser, 0)
     assert "since=-1h" in state["query"] and state["points"] == "plc/temperature", state
