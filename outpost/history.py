@@ -10,6 +10,11 @@ frames into per-point blocks and aggregates, and at most once an hour applies re
 `stop()` (clean shutdown) wakes the thread for a last flush and closes the file; a kill or a
 power cut loses the values received since the last flush (at most `flush_interval` seconds).
 
+Readers in this process (`/history.json`, the console's charts and sparklines) still see those
+values: `recorder.reader` takes `unflushed()`, a copy of the queue and of the batch being
+written, before each snapshot of the file (storage/history/reader.py keeps only what the file
+does not hold yet). A lock makes moving a batch out of the queue and copying both one step.
+
 While the store cannot write (disk full, I/O error) the values wait in memory, at most
 `MAX_PENDING` of them; beyond that the oldest are dropped, counted (`dropped`) and logged.
 """
@@ -30,10 +35,11 @@ from outpost.config import Config, StatusConfig
 from outpost.daemon import Daemon
 from outpost.status import StatusBoard
 from outpost.status_http import StatusEndpoint, StatusServer
+from storage.history.codec import Sample
 from storage.history.config import HistoryConfig
 from storage.history.reader import HistoryReader
 from storage.history.schema import FILE_NAME, HistoryFileError
-from storage.history.store import HistoryStore, Sample
+from storage.history.store import HistoryStore
 
 log = logging.getLogger("outpost.history")
 
@@ -49,8 +55,10 @@ class HistoryRecorder:
         self.path = Path(state_dir) / FILE_NAME
         self.prefix = prefix + "/"
         self.store = HistoryStore(self.path, config)
-        self.reader = HistoryReader(self.path)
+        self.reader = HistoryReader(self.path, self.unflushed)
         self._pending: collections.deque[tuple[str, bytes]] = collections.deque()
+        self._in_flight: list[tuple[str, bytes]] = []  # the batch being written
+        self._lock = threading.Lock()  # moving a batch out of _pending; copying both
         self._enabled: dict[str, bool] = {}
         self._wake = threading.Event()
         self._stopping = False
@@ -124,20 +132,31 @@ class HistoryRecorder:
                 self.failures += 1
                 log.exception("history: compaction or retention failed (retried later)")
 
+    def unflushed(self) -> UnflushedValues:
+        """The values received and not yet in the file, as of now (any thread)."""
+        with self._lock:
+            waiting = self._in_flight + list(self._pending)
+        return UnflushedValues(self, waiting)
+
     def _flush(self) -> None:
         pending = self._pending
-        count = len(pending)
-        samples = [sample for sample in (self._sample(*pending.popleft()) for _ in range(count))
+        with self._lock:
+            batch = self._in_flight = [pending.popleft() for _ in range(len(pending))]
+        samples = [sample for sample in (self._sample(*pair) for pair in batch)
                    if sample is not None]
-        if not samples:
-            return
         try:
-            self.store.write(samples)
+            if samples:
+                self.store.write(samples)
         except Exception:
             self.failures += 1
             log.exception("history: writing %d values failed (kept for the next flush)",
                           len(samples))
-            self._keep(samples)
+            with self._lock:
+                self._keep(samples)
+                self._in_flight = []
+            return
+        with self._lock:
+            self._in_flight = []
 
     def _keep(self, samples: list[Sample]) -> None:
         """Puts values a failed flush could not write back in front (bounded)."""
@@ -155,7 +174,8 @@ class HistoryRecorder:
                                   "quality": quality}).encode()
             self._pending.appendleft((self.prefix + name, payload))
 
-    def _sample(self, topic: str, payload: bytes) -> Sample | None:
+    def recorded(self, topic: str) -> str | None:
+        """The `device/point` name of `topic` when its values are kept, else None."""
         if not topic.startswith(self.prefix):
             return None
         name = topic[len(self.prefix):]
@@ -164,15 +184,53 @@ class HistoryRecorder:
         enabled = self._enabled.get(name)
         if enabled is None:
             enabled = self._enabled[name] = self.config.retention(name).enabled
-        if not enabled:
+        return name if enabled else None
+
+    def _sample(self, topic: str, payload: bytes) -> Sample | None:
+        name = self.recorded(topic)
+        if name is None:
             return None
-        try:
-            data = json.loads(payload)
-            return (name, data.get("unit"), int(data["ts"]), data.get("value"),
-                    str(data.get("quality", "good")))
-        except (ValueError, KeyError, TypeError, AttributeError):
+        sample = parse_sample(name, payload)
+        if sample is None:
             self.unreadable += 1
-            return None
+        return sample
+
+
+def parse_sample(name: str, payload: bytes) -> Sample | None:
+    """A point value's payload (bridge/report.py's format) as a history sample; None when it
+    is not one."""
+    try:
+        data = json.loads(payload)
+        return (name, data.get("unit"), int(data["ts"]), data.get("value"),
+                str(data.get("quality", "good")))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+class UnflushedValues:
+    """A copy of a recorder's values not in the file yet (storage/history/reader.py's
+    `Unflushed`): indexed by point on first use, each point's payloads parsed when asked."""
+
+    def __init__(self, recorder: HistoryRecorder, waiting: list[tuple[str, bytes]]) -> None:
+        self._recorder = recorder
+        self._waiting = waiting
+        self._by_name: dict[str, list[bytes]] | None = None
+
+    def _index(self) -> dict[str, list[bytes]]:
+        if self._by_name is None:
+            self._by_name = {}
+            for topic, payload in self._waiting:
+                name = self._recorder.recorded(topic)
+                if name is not None:
+                    self._by_name.setdefault(name, []).append(payload)
+        return self._by_name
+
+    def names(self) -> list[str]:
+        return list(self._index())
+
+    def samples(self, name: str) -> list[Sample]:
+        parsed = (parse_sample(name, payload) for payload in self._index().get(name, ()))
+        return [sample for sample in parsed if sample is not None]
 
 
 def start_history(config: Config, bridge: Bridge, daemon: Daemon,

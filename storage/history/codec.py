@@ -35,6 +35,9 @@ _HEADER = struct.Struct("<IBI")
 _COUNT = struct.Struct("<I")
 
 
+Sample = tuple[str, str | None, int, Any, str]  # (device/point, unit, ts ms, value, quality)
+
+
 @dataclass(slots=True)
 class Series:
     """Samples of one point and kind: times (epoch ms), values, quality codes."""

@@ -5,18 +5,33 @@ connection, so the writer's compaction (frames -> blocks) is seen either wholly 
 Raw samples come from the point's blocks plus the frames not yet compacted; buckets come from
 the aggregate table of the resolution asked (`agg_1m`, `agg_15m`) plus the frames' samples
 bucketed on the fly, or from the raw samples for steps under a minute.
+
+The writer's process may also hand its reader the values it received but has not flushed
+yet (`unflushed`, up to a flush interval of them): a view takes them before its snapshot and
+counts them as one more frame, keeping only those newer than the newest sample the file holds
+for their point. So a value is never missing between the writer's queue and the file, and
+one the flush committed in between is not counted twice.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, Protocol
 
-from storage.history.codec import NUMERIC, OTHER, Series, decode_block, decode_frame
+from storage.history.codec import (
+    NUMERIC,
+    OTHER,
+    QUALITY_CODES,
+    Sample,
+    Series,
+    decode_block,
+    decode_frame,
+    kind_of,
+)
 from storage.history.downsample import Buckets, add_rows, add_samples, bucket_rows
 from storage.history.schema import AGGREGATE_TABLES, open_reader
 
@@ -33,19 +48,33 @@ class PointInfo:
     unit: str | None
 
 
-class HistoryReader:
-    """Opens a read transaction on `path` per `view()`."""
+class Unflushed(Protocol):
+    """The values a writer holds in memory, as of one moment."""
 
-    def __init__(self, path: Path) -> None:
+    def names(self) -> Iterable[str]:
+        """The points among them."""
+
+    def samples(self, name: str) -> Sequence[Sample]:
+        """Those of one point, in the order received."""
+
+
+class HistoryReader:
+    """Opens a read transaction on `path` per `view()`; `unflushed`, when given, is called
+    for the writer's values not in the file yet (see the module comment)."""
+
+    def __init__(self, path: Path, unflushed: Callable[[], Unflushed] | None = None) -> None:
         self.path = path
+        self.unflushed = unflushed
 
     @contextmanager
     def view(self) -> Iterator[HistoryView]:
-        """One consistent snapshot of the file."""
+        """One consistent snapshot of the file (and of the writer's queue just before it)."""
+        unflushed = self.unflushed() if self.unflushed is not None else None
         conn = open_reader(self.path)
         try:
             conn.execute("BEGIN")
-            yield HistoryView(conn)
+            conn.execute("SELECT count(*) FROM points").fetchone()  # the snapshot starts here
+            yield HistoryView(conn, unflushed)
         finally:
             conn.close()
 
@@ -53,23 +82,53 @@ class HistoryReader:
 class HistoryView:
     """Questions to one snapshot."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, unflushed: Unflushed | None = None) -> None:
         self.conn = conn
+        self.unflushed = unflushed
         self._frames: list[bytes] | None = None
+        self._newer: dict[str, list[Series]] = {}  # per point: its unflushed samples kept
 
     def points(self) -> list[str]:
         """Every point name the history has seen, sorted."""
-        return [row[0] for row in self.conn.execute("SELECT name FROM points ORDER BY name")]
+        stored = [row[0] for row in self.conn.execute("SELECT name FROM points")]
+        return sorted({*stored, *(self.unflushed.names() if self.unflushed else ())})
 
     def point(self, name: str) -> PointInfo | None:
         row = self.conn.execute("SELECT id, unit FROM points WHERE name = ?", (name,)).fetchone()
-        return None if row is None else PointInfo(int(row[0]), name, row[1])
+        if row is not None:
+            return PointInfo(int(row[0]), name, row[1])
+        waiting = self.unflushed.samples(name) if self.unflushed else ()
+        return PointInfo(-1, name, waiting[-1][1]) if waiting else None  # not flushed yet
 
     def _frame_series(self, point: PointInfo) -> list[Series]:
+        """The samples not compacted yet: the file's frames, then the writer's unflushed."""
         if self._frames is None:
             self._frames = [row[0] for row in
                             self.conn.execute("SELECT data FROM frames ORDER BY id")]
-        return [series for data in self._frames for _, series in decode_frame(data, point.id)]
+        found = [series for data in self._frames for _, series in decode_frame(data, point.id)]
+        waiting = self.unflushed.samples(point.name) if self.unflushed else ()
+        if waiting:
+            newer = self._newer.get(point.name)
+            if newer is None:
+                newer = self._newer[point.name] = self._newer_than_file(point, waiting, found)
+            found += newer
+        return found
+
+    def _newer_than_file(self, point: PointInfo, waiting: Sequence[Sample],
+               frames: list[Series]) -> list[Series]:
+        """The unflushed samples newer than the newest the file holds for `point` (one per
+        kind), so a flush committed after they were taken does not count them twice."""
+        newest = self.conn.execute("SELECT max(t1) FROM blocks WHERE point_id = ?",
+                                   (point.id,)).fetchone()[0]
+        newest = max([t for t in (newest,) if t is not None]
+                     + [max(series.ts) for series in frames if series.ts], default=None)
+        by_kind: dict[int, Series] = {}
+        for _, _, ts_ms, value, quality in waiting:
+            if newest is None or ts_ms > newest:
+                kind = kind_of(value)
+                by_kind.setdefault(kind, Series(kind)).add(ts_ms, _stored(value, kind),
+                                                           QUALITY_CODES.get(quality, 2))
+        return list(by_kind.values())
 
     def raw(self, point: PointInfo, since_ms: int, until_ms: int) -> Series:
         """The samples with since <= ts < until in time order (OTHER when any value is not a
@@ -140,3 +199,9 @@ class HistoryView:
             if series.kind == NUMERIC:
                 add_samples(buckets, series.ts, series.values, step_ms, first, until_ms)
         return bucket_rows(buckets)
+
+
+
+def _stored(value: Any, kind: int) -> Any:
+    """A value as a frame gives it back (a number as a float)."""
+    return float(value) if kind == NUMERIC and value is not None else value

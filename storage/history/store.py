@@ -24,12 +24,12 @@ import sqlite3
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from storage.history.codec import (
     NUMERIC,
     OTHER,
     QUALITY_CODES,
+    Sample,
     Series,
     decode_frame,
     encode_block,
@@ -42,7 +42,6 @@ from storage.history.schema import AGGREGATE_TABLES, PAGE_SIZE, open_writer
 
 log = logging.getLogger("outpost.history")
 
-Sample = tuple[str, str | None, int, Any, str]  # (device/point, unit, ts ms, value, quality)
 _UPSERT = ("INSERT INTO {table} (point_id, t, n, min, max, mean) VALUES (?, ?, ?, ?, ?, ?) "
            "ON CONFLICT (point_id, t) DO UPDATE SET n = n + excluded.n, "
            "min = min(min, excluded.min), max = max(max, excluded.max), "

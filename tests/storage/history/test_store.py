@@ -183,3 +183,46 @@ def test_reader_refuses_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(HistoryFileError, match="no history file"), \
             HistoryReader(tmp_path / "history.db").view():
         pass
+
+
+class _Waiting:
+    """A writer's unflushed samples (the reader's `Unflushed`)."""
+
+    def __init__(self, samples: list[tuple[str, str | None, int, object, str]]) -> None:
+        self.waiting = samples
+
+    def names(self) -> list[str]:
+        return sorted({sample[0] for sample in self.waiting})
+
+    def samples(self, name: str) -> list[tuple[str, str | None, int, object, str]]:
+        return [sample for sample in self.waiting if sample[0] == name]
+
+
+def test_a_view_counts_the_unflushed_values_once(tmp_path: Path) -> None:
+    """The writer's values not in the file yet are read as the newest frame, those a flush
+    committed since they were taken are not counted twice, and a point with no flush yet is
+    known by them."""
+    store = _store(tmp_path)
+    flushed = [("dev/p", "degC", T0 + i * 1000, 20.0 + i, "good") for i in range(3)]
+    store.write(flushed[:2])
+    store.compact()
+    store.write(flushed[2:])
+    waiting = _Waiting([*flushed[1:],  # the batch being written when the view was taken
+                        ("dev/p", "degC", T0 + 3000, 23, "bad"), ("dev/p", "degC", T0 + 4000,
+                                                                   "off", "good"),
+                        ("dev/new", None, T0 + 500, 1.5, "good")])
+    reader = HistoryReader(store.path, lambda: waiting)
+    with reader.view() as view:
+        assert view.points() == ["dev/new", "dev/p"]
+        point = view.point("dev/p")
+        assert point is not None
+        assert view.raw_count(point, T0, T0 + 10_000) == 5
+        raw = view.raw(point, T0, T0 + 10_000)
+        assert (raw.ts, raw.values, list(raw.quality)) == (
+            [T0 + i * 1000 for i in range(5)], [20.0, 21.0, 22.0, 23.0, "off"], [0, 0, 0, 2, 0])
+        assert view.buckets(point, T0, T0 + 10_000, 60_000, 0) == [(T0, 4, 20.0, 23.0, 21.5)]
+        new = view.point("dev/new")
+        assert new is not None and view.raw(new, T0, T0 + 1000).values == [1.5]
+    with HistoryReader(store.path).view() as view:  # another process: the file alone
+        assert view.points() == ["dev/p"]
+    store.close()
