@@ -8,6 +8,13 @@ the server certificate it carries against the trust list (bridge/opcua/pki.py) a
 opens the secure channel with the client's application certificate. `connect` gives up after
 `request_timeout` twice over, so a host that swallows packets costs one bounded wait.
 
+The first secure channel to an endpoint opens alone (`first_secure_channel`): servers that
+accept unknown client certificates automatically (node-opcua's option, the default of
+Node-RED's OPC UA server) move ours from `rejected/` to `trusted/` at that moment, and
+node-opcua-pki before 7.0 does it without a lock. Devices starting together on one server
+then race there, and the losers are refused with BadInternalError on every attempt until the
+server restarts. Once one channel to the endpoint opened, the others are not held back.
+
 asyncua's own reconnect is off: the device (bridge/opcua/device.py) opens a new session after
 a loss, which re-creates its subscription and monitored items from scratch.
 
@@ -23,6 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from asyncua import Client, ua
@@ -128,13 +139,42 @@ async def secure(client: Client, config: OpcUaDeviceConfig, pki: Pki | None) -> 
                               mode=getattr(ua.MessageSecurityMode, config.security_mode))
 
 
+@dataclass
+class _SecureChannels:
+    """Of one event loop: the endpoints a secure channel opened to, a lock per other one."""
+
+    opened: set[str] = field(default_factory=set)
+    first: dict[str, asyncio.Lock] = field(default_factory=dict)
+
+
+_CHANNELS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SecureChannels] = (
+    weakref.WeakKeyDictionary())
+
+
+@asynccontextmanager
+async def first_secure_channel(endpoint: str) -> AsyncIterator[None]:
+    """Holds the opening of a secure channel to `endpoint` while another is the first to
+    open one (see the module comment); once one has opened, nothing waits."""
+    channels = _CHANNELS.setdefault(asyncio.get_running_loop(), _SecureChannels())
+    if endpoint in channels.opened:
+        yield
+        return
+    async with channels.first.setdefault(endpoint, asyncio.Lock()):
+        yield
+        channels.opened.add(endpoint)
+
+
 async def open_client(config: OpcUaDeviceConfig, pki: Pki | None) -> Client:
     """A connected client with an active session; raises on any failure (nothing left open)."""
     client = make_client(config)
     try:
         async with asyncio.timeout(config.request_timeout * 2 + 5):
             await secure(client, config, pki)
-            await client.connect()
+            if config.security_policy == "None":
+                await client.connect()
+            else:
+                async with first_secure_channel(config.endpoint):
+                    await client.connect()
     except BaseException:
         await close_quietly(client)
         raise
