@@ -126,15 +126,24 @@ def added_live_and_written(gateway: Outpost, admin: HttpSession, kind: str,
     page = apply(admin, post(admin, f"/console/{kind}/new", device), f"[[bridge.{kind}]]")
     assert f"applied: add device {name}" in page
     point, value = live
-    wait_for(lambda: live_value(gateway, name, point) == value, 20,
-             message=f"no {kind} value")
+    until_live(gateway, name, point, value, f"no {kind} value")
     point, value = write
     status, page = admin.request(f"/console/devices/{name}/write", {
         "csrf": admin.csrf(), "point": point, "value": str(value)})
     assert status == 200 and f"wrote {name}/{point} = {value}" in html.unescape(page), \
         page[-2000:]
-    wait_for(lambda: live_value(gateway, name, point) == value, 20,
-             message="the written value did not come back")
+    until_live(gateway, name, point, value, "the written value did not come back")
+
+
+def until_live(gateway: Outpost, device: str, point: str, value: object, what: str) -> None:
+    """Wait until the device's point has `value`; else fail with the gateway's log lines
+    about the device (what its sessions did)."""
+    try:
+        wait_for(lambda: live_value(gateway, device, point) == value, 20)
+    except AssertionError:
+        lines = [line for line in gateway.log().splitlines() if device in line]
+        raise AssertionError(f"{what}: {live_value(gateway, device, point)!r}; the log of "
+                             f"{device}:\n" + "\n".join(lines[-40:])) from None
 
 
 def test_every_registered_family_has_its_add_form(admin: HttpSession) -> None:
