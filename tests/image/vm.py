@@ -149,6 +149,7 @@ class Container:
 
 _REPORT = re.compile(r"OUTPOST-REPORT (.*)")
 KERNEL_START = "Linux version "
+GRUB_SLOT = "outpost: root slot "  # image/grub/grub.cfg, just before it loads the kernel
 USER_SPACE = "Run /init as init process"  # the initramfs: from here on the image is at fault
 EARLY_STALL = 90.0  # seconds without a line from the kernel
 MAX_EARLY_STALLS = 2
@@ -312,11 +313,14 @@ class Qemu:
         raise TimeoutError(f"no {text!r} on the serial port in {timeout:.0f} s")
 
     def _current_boot_log(self) -> str:
-        """The serial log since the last time the kernel started."""
+        """The serial log since the current boot's latest start: GRUB's slot line, or the
+        kernel's first line after it. From GRUB's line, a machine that stalls before the
+        kernel prints anything is seen as stalled early too (TCG has hung there after a
+        reboot, with the previous boot's user space the last thing in the log)."""
         if not self.serial_log.exists():
             return ""
         text = self.serial_log.read_text(errors="replace")
-        return text[text.rfind(KERNEL_START):] if KERNEL_START in text else text
+        return text[max(text.rfind(KERNEL_START), text.rfind(GRUB_SLOT), 0):]
 
     def ssh(self, key: Path, command: str, stdin: IO[bytes] | None = None,
             timeout: float = 1200.0) -> subprocess.CompletedProcess[str]:
