@@ -175,6 +175,7 @@ def test_the_cloud_unreachable_mid_enrollment_is_retried(cloud: FleetCloud,
 
 def test_giving_up_is_clear(cloud: FleetCloud, tmp_path: Path) -> None:
     cloud.add_token("t", uses=5)
+    cloud.stop()  # the enrollment service first: its thread may still be connecting
     cloud.broker.stop()
     prov = load_provisioning(provisioning(cloud, tmp_path / "boot", "t", gateway_id="plant-5"))
     with pytest.raises(CloudUnavailableError, match=r"not enrolled after .* attempt"):
