@@ -106,22 +106,21 @@ class HistoryView:
             self._frames = [row[0] for row in
                             self.conn.execute("SELECT data FROM frames ORDER BY id")]
         found = [series for data in self._frames for _, series in decode_frame(data, point.id)]
-        waiting = self.unflushed.samples(point.name) if self.unflushed else ()
-        if waiting:
-            newer = self._newer.get(point.name)
-            if newer is None:
-                newer = self._newer[point.name] = self._newer_than_file(point, waiting, found)
-            found += newer
-        return found
+        newer = self._newer.get(point.name)
+        if newer is None:  # parsed and filtered once per point and view
+            newer = self._newer[point.name] = self._newer_than_file(point, found)
+        return found + newer
 
-    def _newer_than_file(self, point: PointInfo, waiting: Sequence[Sample],
-               frames: list[Series]) -> list[Series]:
-        """The unflushed samples newer than the newest the file holds for `point` (one per
-        kind), so a flush committed after they were taken does not count them twice."""
-        newest = self.conn.execute("SELECT max(t1) FROM blocks WHERE point_id = ?",
-                                   (point.id,)).fetchone()[0]
-        newest = max([t for t in (newest,) if t is not None]
-                     + [max(series.ts) for series in frames if series.ts], default=None)
+    def _newer_than_file(self, point: PointInfo, frames: list[Series]) -> list[Series]:
+        """The unflushed samples newer than the newest the file holds for `point` (one series
+        per kind), so a flush committed after they were taken does not count them twice."""
+        waiting = self.unflushed.samples(point.name) if self.unflushed else ()
+        if not waiting:
+            return []
+        (in_blocks,) = self.conn.execute("SELECT max(t1) FROM blocks WHERE point_id = ?",
+                                         (point.id,)).fetchone()
+        times = [max(series.ts) for series in frames if series.ts]
+        newest = max([*times, in_blocks] if in_blocks is not None else times, default=None)
         by_kind: dict[int, Series] = {}
         for _, _, ts_ms, value, quality in waiting:
             if newest is None or ts_ms > newest:
