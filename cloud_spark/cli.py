@@ -86,16 +86,8 @@ def _add_land(sub: Any) -> None:
         "--root", type=_landing_root, required=True,
         help="landing root, a directory or s3://BUCKET/PREFIX; bronze/ goes under it",
     )  # fmt: skip
-    p.add_argument(
-        "--s3-endpoint", metavar="URL",
-        help="S3-compatible store for an s3:// root, addressed path-style "
-        "(default: AWS_ENDPOINT_URL_S3, else AWS's own)",
-    )  # fmt: skip
-    p.add_argument(
-        "--s3-region", metavar="REGION",
-        help="region that signs S3 requests (default: AWS_REGION or the AWS config, else "
-        "us-east-1 with an endpoint)",
-    )  # fmt: skip
+    _add_s3_flags(p, "an s3:// root", "AWS_REGION or the AWS config, else us-east-1 with an "
+                  "endpoint")
     p.add_argument(
         "--client-id",
         default=f"outpost-lander-{socket.gethostname()}",
@@ -151,17 +143,19 @@ def _add_job(sub: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="tables root (silver/, gold/ under it)")
     p.add_argument("--master", help="Spark master (default: local[*] unless spark-submit)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting")
+    _add_s3_flags(p, "s3:// and s3a:// paths", "AWS_REGION, else us-east-1 with --s3-endpoint")
+    return p
+
+
+def _add_s3_flags(p: argparse.ArgumentParser, paths: str, region_default: str) -> None:
+    """--s3-endpoint and --s3-region, for the S3 `paths` a command takes."""
     p.add_argument(
         "--s3-endpoint", metavar="URL",
-        help="S3-compatible store for s3:// and s3a:// paths, addressed path-style "
+        help=f"S3-compatible store for {paths}, addressed path-style "
         "(default: AWS_ENDPOINT_URL_S3, else AWS's own)",
     )  # fmt: skip
-    p.add_argument(
-        "--s3-region", metavar="REGION",
-        help="region that signs S3 requests (default: AWS_REGION, else us-east-1 with "
-        "--s3-endpoint)",
-    )  # fmt: skip
-    return p
+    p.add_argument("--s3-region", metavar="REGION",
+                   help=f"region that signs S3 requests (default: {region_default})")
 
 
 def build_parser() -> argparse.ArgumentParser:
