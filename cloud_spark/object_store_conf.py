@@ -116,11 +116,11 @@ def fetch_s3a_packages() -> None:
     """Fill the Ivy cache with :func:`s3a_packages` (``make s3a-packages``) unless it holds
     them: one local session started and stopped, so that tests on S3 do not race each other
     to download the SDK bundle into the same cache."""
-    from cloud_spark.spark import get_spark, ivy_dir  # noqa: PLC0415  (PySpark, late)
+    from cloud_spark.spark import get_spark, packages_cached  # noqa: PLC0415  (PySpark, late)
 
-    group, artifact, version = s3a_packages()[0].split(":")
-    if not (ivy_dir() / "jars" / f"{group}_{artifact}-{version}.jar").exists():
-        conf = {"spark.ui.enabled": "false", "spark.jars.packages": ",".join(s3a_packages())}
+    packages = s3a_packages()
+    if not packages_cached(packages):
+        conf = {"spark.ui.enabled": "false", "spark.jars.packages": ",".join(packages)}
         get_spark("outpost-fetch-s3a-packages", "local[1]", conf).stop()
 
 

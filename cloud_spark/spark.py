@@ -26,7 +26,7 @@ spark-submit the JVM exists already: the packages must then be given to spark-su
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,10 +206,11 @@ def package_conf(conf: Mapping[str, str]) -> dict[str, str]:
     return settings
 
 
-def packages_cached() -> bool:
-    """True when every jar of :data:`SPARK_PACKAGES` itself is in the Ivy cache already."""
+def packages_cached(packages: Sequence[str] = SPARK_PACKAGES) -> bool:
+    """True when the jar of every Maven coordinate in `packages` (default:
+    :data:`SPARK_PACKAGES`) is in the Ivy cache already (their dependencies not checked)."""
     jars = ivy_dir() / "jars"
-    names = [package.split(":") for package in SPARK_PACKAGES]
+    names = [package.split(":") for package in packages]
     return all((jars / f"{group}_{artifact}-{version}.jar").exists()
                for group, artifact, version in names)  # fmt: skip
 
